@@ -1,0 +1,1 @@
+"""Distributed DLRM trainer for Slurm clusters (TensorFlow 2 + Horovod)."""

@@ -1,0 +1,90 @@
+"""One typed configuration for every part of the trainer.
+
+Defaults are the reference DLRM (NVIDIA TF2 / MLPerf) configuration, except where a field says
+otherwise. Flags are turned into a `Config` in exactly one place: `dlrm.cli.parse_config`.
+Modules receive the section they need (e.g. `ModelConfig`), never the whole flag namespace.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class DataConfig:
+    # None -> generate (or reuse) the embedded synthetic dataset under `synthetic_dir`.
+    dataset_dir: Optional[str] = None
+    synthetic_dir: str = "data/synthetic_tiny"
+    synthetic_preset: str = "tiny"
+    synthetic_train_rows: int = 1_048_576
+    synthetic_test_rows: int = 131_072
+    synthetic_seed: int = 12345
+    train_mapping: str = "train"
+    test_mapping: str = "test"
+    global_batch_size: int = 65536
+    eval_batch_size: int = 65536
+    # What to do with a last batch smaller than the global batch: "keep" or "drop" (reported either way).
+    partial_batch: str = "keep"
+    prefetch_batches: int = 4
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "dlrm"  # "dlrm" (dot interaction) or "dcnv2" (low-rank cross layers)
+    embedding_dim: int = 128
+    bottom_mlp: tuple[int, ...] = (512, 256, 128)
+    top_mlp: tuple[int, ...] = (1024, 1024, 512, 256, 1)
+    num_cross_layers: int = 3
+    cross_projection_dim: int = 512
+    seed: int = 0
+
+
+@dataclass
+class OptimizerConfig:
+    optimizer: str = "sgd"  # "sgd", "adagrad", "adam" (embeddings always updated sparsely)
+    learning_rate: float = 24.0
+    warmup_steps: int = 8000
+    decay_start_step: int = 48000
+    decay_steps: int = 24000
+    decay_power: float = 2.0
+    end_learning_rate: float = 0.0  # the decay is clamped here past its end
+
+
+@dataclass
+class ShardingConfig:
+    """How embedding tables are placed on ranks (see dlrm.embedding.planner)."""
+
+    strategy: str = "memory_balanced"  # or "basic" (round-robin)
+    rank_memory_bytes: Optional[int] = None  # None -> no budget check
+    column_slice_threshold_bytes: Optional[int] = None  # tables above are split by columns
+    replicate_threshold_bytes: int = 0  # tables at or below are replicated (data-parallel)
+    bytes_per_element: int = 4
+
+
+@dataclass
+class TrainConfig:
+    mode: str = "train"  # "train", "eval", "inference_benchmark"
+    max_steps: Optional[int] = None
+    epochs: float = 1.0
+    eval_every_steps: Optional[int] = None
+    log_every_steps: int = 50
+    run_dir: str = "runs/default"
+    save_checkpoint_path: Optional[str] = None
+    restore_checkpoint_path: Optional[str] = None
+    checkpoint_every_steps: Optional[int] = None
+    amp: bool = False
+    xla: bool = False
+    seed: int = 0
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

@@ -1,0 +1,35 @@
+"""Public Criteo facts used by presets, the generator and the planner (pure Python, no TensorFlow).
+
+Source: ../shared/criteo_reference.md (NVIDIA's recommender examples, MLPerf). The counts below
+exclude the shared id-0 bucket; `preset_cardinalities` adds it (one row per table), because our
+datasets reserve id 0 for missing / unseen / below-threshold values.
+"""
+from __future__ import annotations
+
+NUM_NUMERICAL = 13
+NUM_CATEGORICAL = 26
+
+# Frequency threshold 15 ("small"): 4.19B params at dim 128, 15.6 GiB fp32.
+T15 = (7912889, 33823, 17139, 7339, 20046, 4, 7105, 1382, 63, 5554114, 582469, 245828, 11, 2209,
+       10667, 104, 4, 968, 15, 8165896, 2675940, 7156453, 302516, 12022, 97, 35)
+# Frequency threshold 3 ("large"): 22.8B params, 84.9 GiB.
+T3 = (45833188, 36746, 17245, 7413, 20243, 3, 7114, 1441, 62, 29275261, 1572176, 345138, 10, 2209,
+      11267, 128, 4, 974, 14, 48937457, 11316796, 40094537, 452104, 12606, 104, 35)
+# Frequency threshold 0 ("extra large"): 113B params, 421 GiB; largest table 227.6M rows.
+T0 = (227605432, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 130229467, 3067956, 405282, 10, 2209,
+      11938, 155, 4, 976, 14, 292775614, 40790948, 187188510, 590152, 12973, 108, 36)
+# Small, Criteo-shaped (a few large tables, many small ones) for tests and the embedded demo.
+TINY = (4000, 1200, 900, 600, 1500, 4, 700, 300, 60, 3500, 2500, 2000, 11, 400, 800, 100, 4, 500,
+        15, 3800, 2800, 3200, 1000, 650, 90, 35)
+
+_PRESETS = {"tiny": TINY, "t15": T15, "t3": T3, "t0": T0}
+PRESET_NAMES = tuple(_PRESETS)
+
+
+def preset_cardinalities(name: str, reserve_zero: bool = True) -> list[int]:
+    """Table sizes for a preset; with `reserve_zero`, one extra row per table for id 0."""
+    try:
+        counts = _PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown cardinality preset {name!r}; choose one of {PRESET_NAMES}") from None
+    return [n + 1 if reserve_zero else n for n in counts]

@@ -1,0 +1,1 @@
+"""Embedding tables: the planner (pure Python), the single-process layer and its sharded twin."""
