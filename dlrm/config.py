@@ -73,9 +73,14 @@ class TrainConfig:
     save_checkpoint_path: Optional[str] = None
     restore_checkpoint_path: Optional[str] = None
     checkpoint_every_steps: Optional[int] = None
+    keep_checkpoints: int = 3  # older complete checkpoints are deleted
     amp: bool = False
     xla: bool = False
     seed: int = 0
+    intra_op_threads: Optional[int] = None  # None -> CPU cores / processes on this node
+    inter_op_threads: int = 1
+    benchmark_warmup_steps: int = 5  # inference_benchmark: untimed batches, then timed ones
+    benchmark_steps: int = 50
 
 
 @dataclass

@@ -44,6 +44,7 @@ if ! "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null; then
     "${pip[@]}" install --no-cache-dir --no-build-isolation horovod==0.28.1
 fi
 "$venv/bin/horovodrun" --check-build | sed 's/^/[bootstrap] /' >&2
-"$venv/bin/pip" install -q --no-deps -e "$root" >/dev/null 2>&1 || true
+# The project itself, editable, so `import dlrm` works from any directory (subprocesses, Slurm jobs).
+"${pip[@]}" install --no-deps --no-build-isolation -e "$root"
 touch "$stamp"
 log "environment ready: $venv"

@@ -1,0 +1,157 @@
+"""Loader benchmark: BatchReader throughput vs a raw sequential read of the same files (page cache warm).
+
+Both read the same split-binary mapping. The raw read streams every file of the mapping front to back
+with `os.preadv` into one reused 8 MiB buffer (the fastest plain read; no conversion). The reader
+delivers decoded batches (float32 numerical, int32 categorical, float32 label) at the requested global
+batch size. Windows alternate (raw, reader, reader with 2 threads, raw, ...) after a warm-up; the
+report gives medians and the reader/raw bandwidth ratio measured in the same run. Bandwidth counts
+the bytes of the files consumed (rows x record bytes), so the two are directly comparable.
+
+    python benchmarks/loader.py [--rows 4194304] [--batch 65536] [--windows 3] [--window_seconds 10]
+
+Writes benchmarks/results/loader.json and benchmarks/results/loader.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from dlrm.data.binary import BatchReader  # noqa: E402
+from dlrm.data.criteo import preset_cardinalities  # noqa: E402
+from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
+from dlrm.data.synthetic import generate_dataset  # noqa: E402
+
+RAW_BUFFER_BYTES = 8 << 20
+
+
+def ensure_dataset(directory: str, preset: str, rows: int) -> FeatureSpec:
+    try:
+        spec = FeatureSpec.load(directory).validate()
+        if spec.num_rows("train") == rows and spec.metadata["generator"]["preset"] == preset:
+            return spec
+    except Exception:  # missing or different: regenerate
+        pass
+    generate_dataset(directory, preset_cardinalities(preset), rows, 0, seed=1, preset=preset)
+    return FeatureSpec.load(directory)
+
+
+def mapping_files(spec: FeatureSpec, mapping: str) -> list[str]:
+    return [chunk.path for chunk in spec.binary_chunks(mapping)]
+
+
+def raw_read_window(paths: list[str], seconds: float) -> tuple[float, float]:
+    """Sequential reads of every file until `seconds` pass (whole passes); returns (bytes, seconds)."""
+    buffer = bytearray(RAW_BUFFER_BYTES)
+    view = memoryview(buffer)
+    total, started = 0, time.perf_counter()
+    while True:
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                offset = 0
+                while True:
+                    got = os.preadv(fd, [view], offset)
+                    if got == 0:
+                        break
+                    offset += got
+            finally:
+                os.close(fd)
+            total += offset
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return total, elapsed
+
+
+def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float) -> tuple[float, float, int]:
+    """Full epochs of BatchReader until `seconds` pass; returns (file bytes, seconds, rows)."""
+    record = sum(chunk.record_bytes for chunk in spec.binary_chunks("train"))
+    rows, started = 0, time.perf_counter()
+    while True:
+        for b in BatchReader(spec, "train", batch, prefetch=4, threads=threads):
+            rows += b.label.shape[0]
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return rows * record, elapsed, rows
+
+
+def machine() -> dict:
+    info = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name"))
+        flags = next(line for line in text.splitlines() if line.startswith("flags")).split()
+        info["flags"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "f16c") if f in flags]
+    except (OSError, StopIteration):
+        pass
+    return info
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default=os.path.join(ROOT, "data", "bench_loader"))
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--rows", type=int, default=4 << 20)
+    parser.add_argument("--batch", type=int, default=65536)
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--window_seconds", type=float, default=10.0)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    args = parser.parse_args(argv)
+
+    spec = ensure_dataset(args.data, args.preset, args.rows)
+    paths = mapping_files(spec, "train")
+    file_bytes = sum(os.path.getsize(p) for p in paths)
+    record = file_bytes // args.rows
+    # warm-up: page cache, numba compilation, allocator
+    raw_read_window(paths, 0.0)
+    reader_window(spec, args.batch, 1, 0.0)
+
+    variants = {"raw": [], "reader_1_thread": [], "reader_2_threads": []}
+    for _ in range(args.windows):
+        nbytes, secs = raw_read_window(paths, args.window_seconds)
+        variants["raw"].append(nbytes / secs)
+        for threads, name in ((1, "reader_1_thread"), (2, "reader_2_threads")):
+            nbytes, secs, _ = reader_window(spec, args.batch, threads, args.window_seconds)
+            variants[name].append(nbytes / secs)
+    median = {name: statistics.median(v) for name, v in variants.items()}
+    ratios = {name: [r / w for r, w in zip(variants[name], variants["raw"])] for name in variants if name != "raw"}
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python benchmarks/loader.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": machine(),
+        "dataset": {"preset": args.preset, "rows": args.rows, "record_bytes": record, "file_bytes": file_bytes},
+        "global_batch": args.batch, "windows": args.windows, "window_seconds": args.window_seconds,
+        "bytes_per_second": variants, "median_bytes_per_second": median,
+        "median_samples_per_second": {name: v / record for name, v in median.items()},
+        "ratio_to_raw_per_window": ratios,
+        "median_ratio_to_raw": {name: statistics.median(r) for name, r in ratios.items()},
+        "target_ratio": 0.70,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "loader.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    table = [f"Loader benchmark ({result['date']}, {result['machine'].get('cpu', '?')}, "
+             f"{result['machine']['cpus']} cores; preset {args.preset}, {args.rows:,} rows x {record} B, "
+             f"global batch {args.batch:,}; median of {args.windows} alternating {args.window_seconds:g}-s windows)",
+             "", "| variant | MB/s | samples/s | ratio to raw read |", "|---|---:|---:|---:|"]
+    for name in variants:
+        ratio = "1.00" if name == "raw" else f"{result['median_ratio_to_raw'][name]:.2f}"
+        table.append(f"| {name.replace('_', ' ')} | {median[name] / 1e6:,.0f} | {median[name] / record:,.0f} | {ratio} |")
+    table += ["", f"Command: `{result['command'].strip()}`"]
+    with open(os.path.join(args.out, "loader.md"), "w") as f:
+        f.write("\n".join(table) + "\n")
+    print("\n".join(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

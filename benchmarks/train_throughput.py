@@ -1,0 +1,321 @@
+"""Training-step throughput of the reference DLRM, next to a plain Keras baseline and the GEMM ceiling.
+
+Measured in ONE process, in alternating windows (round-robin over all candidates, start rotated
+every round), medians reported, so machine noise hits every candidate alike:
+
+- ours: the trainer's real train step (`dlrm.train.trainer.make_train_step`: LocalEmbedding,
+  sparse SGD, Horovod tape at world size 1) in four variants: fp32, --xla, --amp, --amp --xla.
+- keras: the same model as a plain functional Keras model trained with `Model.fit`, in its
+  strongest settings: `tf.keras.optimizers.legacy.SGD` (sparse embedding updates; the new Keras
+  SGD updates the tables densely), `jit_compile` off and on; plus a `mixed_bfloat16` variant so
+  --amp has a like-for-like baseline too.
+- ceiling: TensorFlow fp32 (and bf16) matmul FLOP/s on [batch, 1024] x [1024, 1024], divided by
+  14.75 MFLOP per sample (DLRM forward + backward), i.e. what the dense part could reach if every
+  FLOP ran at GEMM speed.
+
+Data: a few in-memory random batches (ids uniform per table), cycled, identical for every
+candidate; reading from disk is not part of the step. Tables are t15-shaped, capped at --max_rows
+rows so they fit next to everyone else's jobs here. Writes JSON + a markdown table.
+
+    .venv/bin/python benchmarks/train_throughput.py            # ~8 minutes on 2 cores
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
+from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
+from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
+from dlrm.model.dlrm import build_model  # noqa: E402
+from dlrm.model.interaction import dot_interaction  # noqa: E402
+from dlrm.train import trainer  # noqa: E402
+from dlrm.train.optimizers import build_optimizer  # noqa: E402
+from dlrm.train.schedule import ReferenceSchedule  # noqa: E402
+
+MFLOP_PER_SAMPLE = 14.75  # DLRM forward + backward (criteo_reference.md)
+GEMM_SHAPE = (1024, 1024)  # [batch, 1024] x [1024, 1024]: the top MLP's typical layer
+
+
+@dataclass
+class Candidate:
+    """One measured configuration: `run(steps)` runs that many steps and returns samples processed."""
+
+    name: str
+    group: str  # "ours", "keras" or "ceiling"
+    run: Callable[[int], int]
+    steps_per_window: int = 1
+    samples_per_sec: List[float] = field(default_factory=list)
+    extra: Dict[str, object] = field(default_factory=dict)
+
+
+def make_batches(table_sizes, batch_size: int, count: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(count):
+        numerical = rng.normal(size=(batch_size, NUM_NUMERICAL)).astype(np.float32)
+        categorical = np.stack([rng.integers(0, n, batch_size) for n in table_sizes], axis=1).astype(np.int32)
+        labels = (rng.random(batch_size) < 0.25).astype(np.float32)
+        batches.append(tuple(tf.constant(a) for a in (numerical, categorical, labels)))
+    return batches
+
+
+def ours(config: Config, embeddings, batches, amp: bool, xla: bool) -> Candidate:
+    """The trainer's own train step for this model variant."""
+    model = build_model(config.model, embeddings, amp=amp, xla=xla)
+    optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=amp)
+    optimizer.build(model.trainable_variables)
+    parts = trainer.Parts(config=config, spec=None, embeddings=embeddings, model=model, optimizer=optimizer)
+    train_step = trainer.make_train_step(parts)
+    global_rows = tf.constant(float(batches[0][0].shape[0]))
+    cursor = [0]
+
+    def run(steps: int) -> int:
+        rows = 0
+        for _ in range(steps):
+            numerical, categorical, labels = batches[cursor[0] % len(batches)]
+            cursor[0] += 1
+            loss = train_step(numerical, categorical, labels, global_rows)
+            rows += int(numerical.shape[0])
+        float(loss)  # wait for the last step
+        return rows
+
+    name = "ours" + ("_amp" if amp else "_fp32") + ("_xla" if xla else "")
+    return Candidate(name, "ours", run, extra={"amp": amp, "xla": xla})
+
+
+def keras_baseline_model(config: Config, table_sizes, policy: str) -> tf.keras.Model:
+    """The same DLRM as a plain functional Keras model (Embedding + Dense layers)."""
+    m = config.model
+    numerical = tf.keras.Input([NUM_NUMERICAL], dtype=tf.float32, name="numerical")
+    categorical = tf.keras.Input([NUM_CATEGORICAL], dtype=tf.int32, name="categorical")
+    vectors = [
+        tf.keras.layers.Embedding(
+            n, m.embedding_dim, dtype="float32", name=f"embedding_{t}",
+            embeddings_initializer=tf.keras.initializers.RandomUniform(-init_scale(n), init_scale(n), seed=t),
+        )(categorical[:, t])
+        for t, n in enumerate(table_sizes)
+    ]
+    embedded = tf.keras.layers.Lambda(lambda v: tf.stack(v, axis=1), dtype=policy)(vectors)
+    x = numerical
+    for units in m.bottom_mlp:
+        x = tf.keras.layers.Dense(units, activation="relu", dtype=policy)(x)
+    x = tf.keras.layers.Lambda(lambda a: dot_interaction(a[0], a[1]), dtype=policy)([x, embedded])
+    for i, units in enumerate(m.top_mlp):
+        last = i == len(m.top_mlp) - 1
+        x = tf.keras.layers.Dense(units, activation=None if last else "relu",
+                                  dtype="float32" if last else policy)(x)
+    return tf.keras.Model([numerical, categorical], x)
+
+
+def keras(config: Config, table_sizes, batches, jit_compile: bool, policy: str, model=None) -> Candidate:
+    model = model or keras_baseline_model(config, table_sizes, policy)
+    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=config.optimizer.learning_rate),
+                  loss=tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=jit_compile)
+    data = tf.data.Dataset.from_tensor_slices((
+        (tf.stack([b[0] for b in batches]), tf.stack([b[1] for b in batches])),
+        tf.stack([b[2][:, None] for b in batches]),
+    )).repeat().prefetch(2)
+    iterator = iter(data)
+    batch_size = int(batches[0][0].shape[0])
+
+    def run(steps: int) -> int:
+        model.fit(iterator, steps_per_epoch=steps, epochs=1, verbose=0)
+        return steps * batch_size
+
+    name = "keras_fit" + ("_bf16" if policy != "float32" else "_fp32") + ("_jit" if jit_compile else "")
+    candidate = Candidate(name, "keras", run, extra={"jit_compile": jit_compile, "policy": policy})
+    candidate.extra["model"] = model  # reused by the other jit setting (same layers), dropped from JSON
+    return candidate
+
+
+def gemm(batch_size: int, dtype: tf.DType) -> Candidate:
+    a = tf.cast(tf.random.stateless_normal([batch_size, GEMM_SHAPE[0]], seed=[1, 2]), dtype)
+    b = tf.cast(tf.random.stateless_normal(GEMM_SHAPE, seed=[3, 4]), dtype)
+    # Reduce the whole product so no part of the GEMM can be pruned away.
+    matmul = tf.function(lambda: tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32)))
+    flops = 2.0 * batch_size * GEMM_SHAPE[0] * GEMM_SHAPE[1]
+
+    def run(steps: int) -> int:
+        for _ in range(steps):
+            out = matmul()
+        float(out)
+        # Reported as "samples/s at the ceiling": FLOPs / 14.75 MFLOP per sample.
+        return int(round(steps * flops / (MFLOP_PER_SAMPLE * 1e6)))
+
+    return Candidate(f"ceiling_gemm_{dtype.name}", "ceiling", run, extra={"gemm": f"[{batch_size},1024]x[1024,1024]"})
+
+
+def calibrate(candidate: Candidate, window_seconds: float) -> None:
+    """Warm up (compile), then pick the step count that fills one window."""
+    start = time.perf_counter()
+    candidate.run(1)
+    candidate.extra["first_step_seconds"] = round(time.perf_counter() - start, 2)
+    start = time.perf_counter()
+    candidate.run(1)
+    step_seconds = max(time.perf_counter() - start, 1e-4)
+    candidate.steps_per_window = max(1, int(math.ceil(window_seconds / step_seconds)))
+    print(f"  {candidate.name}: first step {candidate.extra['first_step_seconds']} s, then "
+          f"{step_seconds:.3f} s/step -> {candidate.steps_per_window} steps per window", flush=True)
+
+
+def cpu_flags() -> List[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next(line for line in f if line.startswith("flags")).split(":")[1].split()
+    except (OSError, StopIteration):
+        return []
+    return sorted(f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma"))
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 3) if b else float("nan")
+
+
+def summarise(candidates: List[Candidate], args, started: str, load_before, command: str) -> dict:
+    median = {c.name: float(np.median(c.samples_per_sec)) for c in candidates}
+    by_group = lambda g: {n: v for n, v in median.items() if any(c.name == n and c.group == g for c in candidates)}  # noqa: E731
+    ours_m, keras_m = by_group("ours"), by_group("keras")
+    keras_fp32 = {n: v for n, v in keras_m.items() if "_fp32" in n}
+    keras_bf16 = {n: v for n, v in keras_m.items() if "_bf16" in n}
+    best_ours = max(ours_m, key=ours_m.get)
+    best_keras = max(keras_fp32, key=keras_fp32.get)
+    ours_fp32 = {n: v for n, v in ours_m.items() if "_fp32" in n}
+    best_ours_fp32 = max(ours_fp32, key=ours_fp32.get)
+    ceiling = median.get("ceiling_gemm_float32", float("nan"))
+    ceiling_bf16 = median.get("ceiling_gemm_bfloat16", float("nan"))
+    ratios = {
+        "best_ours_vs_best_keras_fp32": ratio(median[best_ours], median[best_keras]),
+        "best_ours_fp32_vs_best_keras_fp32": ratio(median[best_ours_fp32], median[best_keras]),
+        "best_ours_vs_fp32_ceiling": ratio(median[best_ours], ceiling),
+        "best_ours_fp32_vs_fp32_ceiling": ratio(median[best_ours_fp32], ceiling),
+    }
+    if keras_bf16 and "ours_amp" in median:
+        best_keras_bf16 = max(keras_bf16, key=keras_bf16.get)
+        ratios["ours_amp_vs_keras_bf16"] = ratio(median["ours_amp"], median[best_keras_bf16])
+        ratios["ours_amp_vs_bf16_ceiling"] = ratio(median["ours_amp"], ceiling_bf16)
+    return {
+        "benchmark": "train_throughput",
+        "date_utc": started,
+        "command": command,
+        "machine": {"cpus": os.cpu_count(), "cpu_flags": cpu_flags(), "platform": platform.platform(),
+                    "tensorflow": tf.__version__, "load_average_before": load_before,
+                    "load_average_after": list(os.getloadavg())},
+        "settings": {"batch_size": args.batch_size, "max_rows": args.max_rows, "window_seconds": args.window_seconds,
+                     "rounds": args.rounds, "intra_op_threads": args.threads, "inter_op_threads": 1,
+                     "op_determinism": True, "mflop_per_sample": MFLOP_PER_SAMPLE,
+                     "table_rows": args.table_sizes, "learning_rate": args.learning_rate},
+        "best": {"ours": best_ours, "ours_fp32": best_ours_fp32, "keras_fp32": best_keras},
+        "ratios": ratios,
+        "gemm_gflops": {n: round(median[n] * MFLOP_PER_SAMPLE / 1e3, 1) for n in median if n.startswith("ceiling")},
+        "candidates": [
+            {"name": c.name, "group": c.group, "median_samples_per_sec": round(median[c.name], 1),
+             "windows_samples_per_sec": [round(v, 1) for v in c.samples_per_sec],
+             "steps_per_window": c.steps_per_window,
+             **{k: v for k, v in c.extra.items() if k != "model"}}
+            for c in candidates
+        ],
+    }
+
+
+def markdown(result: dict) -> str:
+    ceiling = next(c["median_samples_per_sec"] for c in result["candidates"] if c["name"] == "ceiling_gemm_float32")
+    keras_best = next(c["median_samples_per_sec"] for c in result["candidates"] if c["name"] == result["best"]["keras_fp32"])
+    lines = [
+        f"Training-step throughput, DLRM reference dims, batch {result['settings']['batch_size']}, "
+        f"{result['date_utc']}, {result['machine']['cpus']} cores ({', '.join(result['machine']['cpu_flags'])}), "
+        f"{result['settings']['intra_op_threads']} intra-op threads, load average "
+        f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f}.",
+        "",
+        "| candidate | samples/s (median) | windows | vs best Keras fp32 | vs fp32 GEMM ceiling |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for c in result["candidates"]:
+        lines.append(f"| {c['name']} | {c['median_samples_per_sec']:,.0f} | {len(c['windows_samples_per_sec'])} | "
+                     f"{ratio(c['median_samples_per_sec'], keras_best):.2f}x | "
+                     f"{ratio(c['median_samples_per_sec'], ceiling):.2f} |")
+    lines += ["", "Ratios: " + ", ".join(f"{k} = {v}" for k, v in result["ratios"].items()), "",
+              "GEMM GFLOP/s (median): " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops"].items())
+              + f"; ceiling = GFLOP/s / {MFLOP_PER_SAMPLE} MFLOP per sample.", "",
+              f"Command: `{result['command']}`", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch_size", type=int, default=8192,
+                        help="per-step batch (8192 = the reference 65536 global batch per device on 8 devices)")
+    parser.add_argument("--max_rows", type=int, default=200_000, help="cap on rows per t15-shaped table")
+    parser.add_argument("--window_seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument("--learning_rate", type=float, default=0.01, help="constant lr, same for every candidate")
+    parser.add_argument("--skip", nargs="*", default=[], help="candidate names to leave out")
+    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "train_throughput.json"))
+    args = parser.parse_args(argv)
+    command = "python benchmarks/train_throughput.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load_before = list(os.getloadavg())
+
+    trainer.configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
+    config = Config()  # reference dims: 128, 512-256-128, 1024-1024-512-256-1
+    config.optimizer = OptimizerConfig(optimizer="sgd", learning_rate=args.learning_rate, warmup_steps=0,
+                                       decay_start_step=0, decay_steps=0)
+    table_sizes = [min(n, args.max_rows) for n in preset_cardinalities("t15")]
+    args.table_sizes = table_sizes
+    batches = make_batches(table_sizes, args.batch_size, count=4)
+
+    print(f"building tables: {sum(table_sizes):,} rows x {config.model.embedding_dim}", flush=True)
+    embeddings = LocalEmbedding(table_sizes, config.model.embedding_dim, seed=0)  # shared by our variants
+    candidates = [ours(config, embeddings, batches, amp, xla)
+                  for amp, xla in ((False, False), (False, True), (True, False), (True, True))]
+    keras_fp32 = keras(config, table_sizes, batches, jit_compile=False, policy="float32")
+    # A second Model object over the same layers (shared weights, no second copy of the tables),
+    # compiled with XLA: each compile keeps its own train function.
+    shared = keras_fp32.extra["model"]
+    keras_fp32_jit = keras(config, table_sizes, batches, jit_compile=True, policy="float32",
+                           model=tf.keras.Model(shared.inputs, shared.outputs))
+    candidates += [keras_fp32, keras_fp32_jit,
+                   keras(config, table_sizes, batches, jit_compile=False, policy="mixed_bfloat16"),
+                   gemm(args.batch_size, tf.float32), gemm(args.batch_size, tf.bfloat16)]
+    candidates = [c for c in candidates if c.name not in args.skip]
+
+    print("warm-up and calibration:", flush=True)
+    for candidate in candidates:
+        calibrate(candidate, args.window_seconds)
+    for round_index in range(args.rounds):
+        order = candidates[round_index % len(candidates):] + candidates[:round_index % len(candidates)]
+        for candidate in order:
+            start = time.perf_counter()
+            samples = candidate.run(candidate.steps_per_window)
+            candidate.samples_per_sec.append(samples / (time.perf_counter() - start))
+        print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
+            f"{c.name} {c.samples_per_sec[-1]:,.0f}" for c in candidates), flush=True)
+
+    result = summarise(candidates, args, started, load_before, command)
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(result, f, indent=2)
+    table = markdown(result)
+    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
+        f.write(table)
+    print(table)
+    return result
+
+
+if __name__ == "__main__":
+    main()

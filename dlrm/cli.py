@@ -1,0 +1,240 @@
+"""Command-line flags -> `Config`: the only place where flags become configuration.
+
+Flag names follow NVIDIA's TF2 DLRM scripts where they have one (`--dataset_path`,
+`--global_batch_size`, `--bottom_mlp_dims`, ...). Defaults are the reference configuration
+(`dlrm.config`). Without `--dataset_path` the run uses the embedded synthetic dataset and the
+`DEMO_PRESET` below is applied first, so that `python main.py` finishes in a few minutes on a laptop;
+flags given explicitly always win over the preset.
+
+Every flag is declared with `argparse.SUPPRESS` as its default, so the parsed namespace holds only
+the flags the user actually typed; that is how the demo preset and the reference defaults coexist.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Callable, Optional, Sequence
+
+from dlrm.config import Config
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """'80GiB' -> 85899345920, '512MB' -> 512000000, '1e9' -> 1000000000."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(
+            f"invalid size {text!r}: expected a number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    """'512-256-128' or '512,256,128' -> (512, 256, 128)."""
+    try:
+        dims = tuple(int(part) for part in re.split(r"[-,\s]+", text.strip()) if part)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid layer sizes {text!r}: expected e.g. 512-256-128") from None
+    if not dims or min(dims) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid layer sizes {text!r}: need at least one positive size")
+    return dims
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+# The embedded demo (no --dataset_path): the tiny synthetic preset, a smaller model and batch, and an
+# optimizer that converges in one short epoch on 2 CPU cores. Measured in docs/training.md.
+DEMO_PRESET: dict[tuple[str, str], object] = {
+    ("data", "global_batch_size"): 2048,
+    ("data", "eval_batch_size"): 16384,
+    ("model", "embedding_dim"): 16,
+    ("model", "bottom_mlp"): (64, 32, 16),
+    ("model", "top_mlp"): (256, 128, 1),
+    ("model", "cross_projection_dim"): 64,
+    ("optimizer", "optimizer"): "adagrad",
+    ("optimizer", "learning_rate"): 0.05,
+    ("optimizer", "warmup_steps"): 50,
+    ("optimizer", "decay_start_step"): 300,
+    ("optimizer", "decay_steps"): 212,
+    ("optimizer", "end_learning_rate"): 0.005,
+    ("train", "eval_every_steps"): 128,
+    ("train", "log_every_steps"): 20,
+    ("train", "run_dir"): "runs/demo",
+}
+
+
+# flag dest -> the (section, field) pairs it sets. One row per flag; no **kwargs splatting.
+_FLAG_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
+def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
+         type: Optional[Callable] = None, choices=None, action: Optional[str] = None) -> None:
+    dest = flag.lstrip("-")
+    defaults = Config()
+    shown = [getattr(getattr(defaults, section), name) for section, name in targets][0]
+    demo = DEMO_PRESET.get(tuple(targets[0]))
+    suffix = f" (default: {shown!r}" + (f"; demo: {demo!r})" if demo is not None else ")")
+    kwargs = {"dest": dest, "help": help + suffix}
+    if action:
+        kwargs["action"] = action
+    else:
+        kwargs["type"] = type or str
+        if choices:
+            kwargs["choices"] = choices
+    group.add_argument(flag, **kwargs)
+    _FLAG_FIELDS[dest] = tuple(targets)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="main.py",
+        description="Train / evaluate DLRM or DCNv2 on a split-binary Criteo-format dataset. Without "
+                    "--dataset_path, a small synthetic dataset is generated and the demo preset is used.",
+        argument_default=argparse.SUPPRESS,
+    )
+    _FLAG_FIELDS.clear()
+
+    data = parser.add_argument_group("data")
+    _add(data, "--dataset_path", [("data", "dataset_dir")], "split-binary dataset directory (feature_spec.yaml)")
+    _add(data, "--synthetic_dir", [("data", "synthetic_dir")], "where the embedded synthetic dataset lives")
+    _add(data, "--synthetic_preset", [("data", "synthetic_preset")], "table-size preset of the synthetic dataset",
+         choices=["tiny", "t15", "t3", "t0"])
+    _add(data, "--synthetic_train_rows", [("data", "synthetic_train_rows")], "synthetic training rows",
+         type=_positive_int)
+    _add(data, "--synthetic_test_rows", [("data", "synthetic_test_rows")], "synthetic test rows",
+         type=_positive_int)
+    _add(data, "--synthetic_seed", [("data", "synthetic_seed")], "seed of the synthetic generator", type=int)
+    _add(data, "--train_mapping", [("data", "train_mapping")], "mapping (split) used for training")
+    _add(data, "--test_mapping", [("data", "test_mapping")], "mapping (split) used for evaluation")
+    _add(data, "--global_batch_size", [("data", "global_batch_size")], "training batch over all ranks",
+         type=_positive_int)
+    _add(data, "--valid_batch_size", [("data", "eval_batch_size")], "evaluation batch over all ranks",
+         type=_positive_int)
+    _add(data, "--partial_batch", [("data", "partial_batch")], "last smaller batch of an epoch",
+         choices=["keep", "drop"])
+    _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=_non_negative_int)
+
+    model = parser.add_argument_group("model")
+    _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",
+         choices=["dlrm", "dcnv2"])
+    _add(model, "--embedding_dim", [("model", "embedding_dim")], "embedding vector size", type=_positive_int)
+    _add(model, "--bottom_mlp_dims", [("model", "bottom_mlp")], "bottom MLP layer sizes, e.g. 512-256-128",
+         type=_dims)
+    _add(model, "--top_mlp_dims", [("model", "top_mlp")], "top MLP layer sizes, last one 1", type=_dims)
+    _add(model, "--dcn_num_layers", [("model", "num_cross_layers")], "DCNv2 cross layers", type=_positive_int)
+    _add(model, "--dcn_low_rank_dim", [("model", "cross_projection_dim")], "DCNv2 low-rank projection size",
+         type=_positive_int)
+
+    optim = parser.add_argument_group("optimizer and learning-rate schedule")
+    _add(optim, "--optimizer", [("optimizer", "optimizer")], "optimizer (embeddings updated sparsely)",
+         choices=["sgd", "adagrad", "adam"])
+    _add(optim, "--learning_rate", [("optimizer", "learning_rate")], "peak learning rate", type=_positive_float)
+    _add(optim, "--warmup_steps", [("optimizer", "warmup_steps")], "linear warmup steps", type=_non_negative_int)
+    _add(optim, "--decay_start_step", [("optimizer", "decay_start_step")], "first step of the polynomial decay",
+         type=_non_negative_int)
+    _add(optim, "--decay_steps", [("optimizer", "decay_steps")], "length of the decay (then clamped)",
+         type=_non_negative_int)
+    _add(optim, "--decay_power", [("optimizer", "decay_power")], "power of the polynomial decay", type=float)
+    _add(optim, "--end_learning_rate", [("optimizer", "end_learning_rate")], "learning rate after the decay",
+         type=float)
+
+    shard = parser.add_argument_group("embedding placement (world size > 1)")
+    _add(shard, "--sharding_strategy", [("sharding", "strategy")], "table placement strategy",
+         choices=["memory_balanced", "basic"])
+    _add(shard, "--rank_memory", [("sharding", "rank_memory_bytes")], "embedding memory budget per rank, e.g. 80GiB",
+         type=parse_bytes)
+    _add(shard, "--column_slice_threshold", [("sharding", "column_slice_threshold_bytes")],
+         "tables larger than this are split by columns, e.g. 2GiB", type=parse_bytes)
+    _add(shard, "--replicate_threshold", [("sharding", "replicate_threshold_bytes")],
+         "tables up to this size are replicated on every rank, e.g. 1MiB", type=parse_bytes)
+
+    train = parser.add_argument_group("training run")
+    _add(train, "--mode", [("train", "mode")], "what to run", choices=["train", "eval", "inference_benchmark"])
+    _add(train, "--max_steps", [("train", "max_steps")], "stop after this many global steps", type=_positive_int)
+    _add(train, "--epochs", [("train", "epochs")], "passes over the training data (fractions allowed)",
+         type=_positive_float)
+    _add(train, "--eval_every", [("train", "eval_every_steps")], "evaluate every N steps (and at the end)",
+         type=_positive_int)
+    _add(train, "--log_every", [("train", "log_every_steps")], "log training metrics every N steps",
+         type=_positive_int)
+    _add(train, "--run_dir", [("train", "run_dir")], "metrics.jsonl, TensorBoard, plot")
+    _add(train, "--save_checkpoint_path", [("train", "save_checkpoint_path")],
+         "checkpoint root; a run finding a checkpoint here resumes from it")
+    _add(train, "--restore_checkpoint_path", [("train", "restore_checkpoint_path")],
+         "checkpoint (root or step_* directory) to start from")
+    _add(train, "--checkpoint_every", [("train", "checkpoint_every_steps")], "checkpoint every N steps (and at the end)",
+         type=_positive_int)
+    _add(train, "--keep_checkpoints", [("train", "keep_checkpoints")], "complete checkpoints kept",
+         type=_positive_int)
+    _add(train, "--amp", [("train", "amp")], "mixed precision (bfloat16 on CPU, float16 on GPU)",
+         action="store_true")
+    _add(train, "--xla", [("train", "xla")], "jit-compile the dense part", action="store_true")
+    _add(train, "--seed", [("train", "seed"), ("model", "seed")], "seed for initialisation and data order",
+         type=int)
+    _add(train, "--intra_op_threads", [("train", "intra_op_threads")], "TensorFlow intra-op threads per process",
+         type=_positive_int)
+    _add(train, "--inter_op_threads", [("train", "inter_op_threads")], "TensorFlow inter-op threads per process",
+         type=_positive_int)
+    _add(train, "--benchmark_warmup_steps", [("train", "benchmark_warmup_steps")],
+         "inference_benchmark: untimed batches", type=_non_negative_int)
+    _add(train, "--benchmark_steps", [("train", "benchmark_steps")], "inference_benchmark: timed batches",
+         type=_positive_int)
+    return parser
+
+
+def _set(config: Config, section: str, name: str, value) -> None:
+    setattr(getattr(config, section), name, value)
+
+
+def apply_demo_preset(config: Config) -> None:
+    """Overwrite `config` with the embedded-demo values (used only when no dataset is given)."""
+    for (section, name), value in DEMO_PRESET.items():
+        _set(config, section, name, value)
+
+
+def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
+    if config.model.top_mlp[-1] != 1:
+        parser.error(f"--top_mlp_dims must end with 1 (one logit), got {config.model.top_mlp}")
+    if config.model.arch == "dlrm" and config.model.bottom_mlp[-1] != config.model.embedding_dim:
+        parser.error(f"the DLRM dot interaction needs the bottom MLP to end with --embedding_dim "
+                     f"({config.model.embedding_dim}), got --bottom_mlp_dims {config.model.bottom_mlp}")
+    if config.train.mode == "eval" and not config.train.restore_checkpoint_path \
+            and not config.train.save_checkpoint_path:
+        parser.error("--mode eval needs --restore_checkpoint_path (or --save_checkpoint_path holding a checkpoint)")
+
+
+def parse_config(argv: Optional[Sequence[str]] = None) -> Config:
+    """Flags -> Config: reference defaults, then the demo preset if no dataset, then explicit flags."""
+    parser = build_parser()
+    given = vars(parser.parse_args(list(argv) if argv is not None else None))
+    config = Config()
+    if "dataset_path" not in given:
+        apply_demo_preset(config)
+    for dest, value in given.items():
+        for section, name in _FLAG_FIELDS[dest]:
+            _set(config, section, name, value)
+    _validate(config, parser)
+    return config

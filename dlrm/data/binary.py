@@ -1,0 +1,395 @@
+"""Split-binary datasets: a streaming writer and a prefetching, rank-slicing batch reader.
+
+Layout per mapping folder (paths come from the feature spec's `source_spec`):
+`label.bin` (bool, 1 byte/row), `numerical.bin` (float16, row-major, one column per numerical
+feature), `cat_<i>.bin` (the smallest of int8/int16/int32 holding the feature's cardinality).
+Files are headerless, little-endian, fixed-size records, so row r of every file is at r * record size.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from dlrm.data import decode
+from dlrm.data.errors import DataError
+from dlrm.data.feature_spec import (CATEGORICAL_CHANNEL, LABEL_CHANNEL, NUMERICAL_CHANNEL, BinaryChunk,
+                                    FeatureSpec)
+
+PARTIAL_BATCH_RULES = ("keep", "drop")
+
+
+@dataclass
+class Batch:
+    """This rank's contiguous slice of one global batch."""
+
+    numerical: np.ndarray  # float32 [b, num_numerical]
+    categorical: np.ndarray  # int32 [b, num_categorical]
+    label: np.ndarray  # float32 [b]
+    global_rows: int  # rows in the whole global batch (all ranks), for loss normalisation
+    index: int = 0  # global batch index within the epoch
+    first_row: int = 0  # dataset row of this slice's first row
+
+
+def _spec_at(spec: FeatureSpec, directory: str) -> FeatureSpec:
+    return FeatureSpec(spec.feature_spec, spec.source_spec, spec.channel_spec, spec.metadata, directory)
+
+
+# ====================================================================== writer
+class SplitBinaryWriter:
+    """Appends row chunks to one mapping's files; `close()` publishes them (atomic rename).
+
+    Files are written as `<file>.partial` and renamed on `close()`, so a crashed writer never leaves
+    a file that looks complete. Every chunk is validated before anything of it is written: labels in
+    {0, 1}, numericals finite and within float16 range, ids in [0, cardinality); errors name the
+    file, feature and row (row = index within the mapping, counting earlier chunks).
+    """
+
+    def __init__(self, out_dir: str, spec: FeatureSpec, mapping: str):
+        self.spec = _spec_at(spec, os.path.abspath(out_dir))
+        self.spec.validate(check_files=False, mappings=[mapping])
+        self.mapping = mapping
+        self.chunks = self.spec.binary_chunks(mapping)
+        self.label_chunk = self.chunks[0]
+        self.numerical_chunk = next((c for c in self.chunks if c.channel == NUMERICAL_CHANNEL), None)
+        self.categorical_chunks = [c for c in self.chunks if c.channel == CATEGORICAL_CHANNEL]
+        self.cardinalities = self.spec.cardinalities
+        self.rows_written = 0
+        self._files = {}
+        for chunk in self.chunks:
+            os.makedirs(os.path.dirname(chunk.path), exist_ok=True)
+            self._files[chunk.path] = open(chunk.path + ".partial", "wb")
+
+    # -- public API
+    def write(self, label, numerical, categorical: Union[np.ndarray, Sequence[np.ndarray]]) -> None:
+        """Append rows. label [n] (bool or 0/1), numerical [n, num_numerical], categorical [n, tables]
+        or a sequence of `tables` 1-D id arrays of length n (columns avoid a transpose)."""
+        if not self._files:
+            raise RuntimeError("SplitBinaryWriter is closed")
+        label = np.asarray(label)
+        n = label.shape[0] if label.ndim == 1 else -1
+        if n < 0:
+            raise DataError(f"label must be 1-D, got shape {label.shape}", self.label_chunk.path, self.spec.label_name)
+        label_bytes = self._check_label(label)
+        numerical_bytes = self._check_numerical(numerical, n)
+        columns = self._check_categorical(categorical, n)
+        self._files[self.label_chunk.path].write(label_bytes)
+        if self.numerical_chunk is not None:
+            self._files[self.numerical_chunk.path].write(numerical_bytes)
+        for chunk, column in zip(self.categorical_chunks, columns):
+            self._files[chunk.path].write(column)
+        self.rows_written += n
+
+    def close(self) -> int:
+        """Flush, fsync and rename the files into place; returns the number of rows written."""
+        for path, f in self._files.items():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            os.replace(path + ".partial", path)
+        self._files = {}
+        return self.rows_written
+
+    def abort(self) -> None:
+        """Close and delete the partial files (nothing is published)."""
+        for path, f in self._files.items():
+            f.close()
+            try:
+                os.remove(path + ".partial")
+            except FileNotFoundError:
+                pass
+        self._files = {}
+
+    def __enter__(self) -> "SplitBinaryWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    # -- validation helpers
+    def _check_label(self, label: np.ndarray) -> bytes:
+        chunk = self.label_chunk
+        if label.dtype == np.bool_:
+            return label.tobytes()
+        bad = np.flatnonzero((label != 0) & (label != 1))
+        if bad.size:
+            r = int(bad[0])
+            raise DataError(f"label {label[r]!r} is not 0 or 1", chunk.path, chunk.features[0], self.rows_written + r)
+        return label.astype(np.bool_).tobytes()
+
+    def _check_numerical(self, numerical, n: int) -> bytes:
+        chunk = self.numerical_chunk
+        if chunk is None:
+            return b""
+        numerical = np.asarray(numerical)
+        width = len(chunk.features)
+        if numerical.shape != (n, width):
+            raise DataError(f"numerical chunk has shape {numerical.shape}, expected ({n}, {width})", chunk.path)
+        if not np.issubdtype(numerical.dtype, np.floating) and not np.issubdtype(numerical.dtype, np.integer):
+            raise DataError(f"numerical values must be numbers, got dtype {numerical.dtype}", chunk.path)
+        with np.errstate(over="ignore", invalid="ignore"):
+            stored = numerical.astype(chunk.dtype)
+            ok = np.isfinite(numerical) & np.isfinite(stored)
+        if not ok.all():
+            r, c = (int(i) for i in np.argwhere(~ok)[0])
+            value = numerical[r, c]
+            limit = float(np.finfo(chunk.dtype).max)
+            why = "is NaN or inf" if not np.isfinite(value) else f"overflows {chunk.dtype.name} (max {limit:g})"
+            raise DataError(f"numerical value {value!r} {why}", chunk.path, chunk.features[c], self.rows_written + r)
+        return np.ascontiguousarray(stored).tobytes()
+
+    def _check_categorical(self, categorical, n: int) -> list[bytes]:
+        tables = len(self.categorical_chunks)
+        if isinstance(categorical, np.ndarray):
+            if categorical.shape != (n, tables):
+                raise DataError(f"categorical chunk has shape {categorical.shape}, expected ({n}, {tables})",
+                                self.categorical_chunks[0].path if tables else None)
+            columns = [categorical[:, j] for j in range(tables)]
+        else:
+            columns = [np.asarray(c) for c in categorical]
+            if len(columns) != tables:
+                raise DataError(f"got {len(columns)} categorical columns, expected {tables}")
+        out = []
+        for chunk, card, col in zip(self.categorical_chunks, self.cardinalities, columns):
+            if col.shape != (n,):
+                raise DataError(f"id column has shape {col.shape}, expected ({n},)", chunk.path, chunk.features[0])
+            if not np.issubdtype(col.dtype, np.integer):
+                raise DataError(f"ids must be integers, got dtype {col.dtype}", chunk.path, chunk.features[0])
+            if n and (col.min() < 0 or col.max() >= card):
+                r = int(np.flatnonzero((col < 0) | (col >= card))[0])
+                raise DataError(f"id {int(col[r])} is outside [0, {card})", chunk.path, chunk.features[0],
+                                self.rows_written + r)
+            out.append(col.astype(chunk.dtype).tobytes())
+        return out
+
+
+def write_split_binary(out_dir: str, spec: FeatureSpec, mapping: str, label, numerical, categorical) -> int:
+    """Write one whole mapping in a single call (tests, small datasets)."""
+    with SplitBinaryWriter(out_dir, spec, mapping) as writer:
+        writer.write(label, numerical, categorical)
+    return writer.rows_written
+
+
+# ====================================================================== reader
+def _map_file(chunk: BinaryChunk, rows: int) -> np.ndarray:
+    """Read-only memory map of a whole file as a flat array (zero-length files give an empty array)."""
+    if rows == 0:
+        return np.empty(0, dtype=chunk.dtype)
+    with open(chunk.path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype=chunk.dtype)
+
+
+def rank_slice(batch_rows: int, rank: int, world_size: int) -> tuple[int, int]:
+    """[begin, end) of `rank`'s contiguous share of a batch of `batch_rows` rows, split as evenly as
+    possible (the first `batch_rows % world_size` ranks get one row more; a rank may get 0 rows)."""
+    base, extra = divmod(batch_rows, world_size)
+    begin = rank * base + min(rank, extra)
+    return begin, begin + base + (1 if rank < extra else 0)
+
+
+class BatchReader:
+    """Iterates one mapping in global batches, yielding this rank's contiguous slice of each.
+
+    - `partial_batch="keep"` yields the last, smaller global batch (split as evenly as possible over
+      the ranks); `"drop"` skips it and reports the skipped rows in `rows_skipped`. Nothing else is
+      ever skipped.
+    - `len(reader)` is the number of global batches in an epoch. The first iteration starts at
+      `start_batch` (resume mid-epoch), later iterations at 0; `iter_from(i)` starts anywhere.
+    - `prefetch` batches are decoded ahead by `threads` background threads (0: decode inline).
+    - Opening checks the files (exist, whole records, equal row counts); every decoded row is
+      checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
+      so the checks are always on; errors name the file, the feature and the row.
+    """
+
+    def __init__(self, spec: FeatureSpec, mapping: str, global_batch_size: int, rank: int = 0,
+                 world_size: int = 1, partial_batch: str = "keep", prefetch: int = 4, start_batch: int = 0,
+                 threads: int = 1):
+        if global_batch_size < 1:
+            raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside [0, world_size={world_size})")
+        if partial_batch not in PARTIAL_BATCH_RULES:
+            raise ValueError(f"partial_batch must be one of {PARTIAL_BATCH_RULES}, got {partial_batch!r}")
+        if prefetch < 0 or threads < 1:
+            raise ValueError(f"prefetch must be >= 0 and threads >= 1, got {prefetch}, {threads}")
+        spec.validate(check_files=True, mappings=[mapping])
+        self.spec, self.mapping = spec, mapping
+        self.global_batch_size, self.rank, self.world_size = global_batch_size, rank, world_size
+        self.partial_batch, self.prefetch, self.threads = partial_batch, prefetch, threads
+        self.chunks = spec.binary_chunks(mapping)
+        self.num_rows = spec.num_rows(mapping)
+        full, remainder = divmod(self.num_rows, global_batch_size)
+        if partial_batch == "keep":
+            self.num_batches, self.rows_skipped = full + (1 if remainder else 0), 0
+        else:
+            self.num_batches, self.rows_skipped = full, remainder
+        if not 0 <= start_batch <= self.num_batches:
+            raise ValueError(f"start_batch {start_batch} is outside [0, {self.num_batches}]")
+        self.start_batch = start_batch
+        self._iterated = False
+        self._open_files()
+
+    def _open_files(self) -> None:
+        by_channel = {LABEL_CHANNEL: [], NUMERICAL_CHANNEL: [], CATEGORICAL_CHANNEL: []}
+        for chunk in self.chunks:
+            by_channel[chunk.channel].append(chunk)
+        self.label_chunk = by_channel[LABEL_CHANNEL][0]
+        self.numerical_chunk = (by_channel[NUMERICAL_CHANNEL] or [None])[0]
+        self.categorical_chunks = by_channel[CATEGORICAL_CHANNEL]
+        self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
+        self.num_categorical = len(self.categorical_chunks)
+        self._label = _map_file(self.label_chunk, self.num_rows).view(np.uint8)
+        self._numerical = None
+        if self.numerical_chunk is not None:
+            self._numerical = _map_file(self.numerical_chunk, self.num_rows)
+            if self._numerical.dtype == np.float16:
+                self._numerical = self._numerical.view(np.uint16)
+        self._columns = [_map_file(c, self.num_rows) for c in self.categorical_chunks]
+        self._cards = np.asarray(self.spec.cardinalities, dtype=np.int64)
+        self._groups = []  # (dtype, output column indices) for the kernel's per-dtype tuples
+        for dtype in (np.int8, np.int16, np.int32):
+            targets = [j for j, col in enumerate(self._columns) if col.dtype == dtype]
+            self._groups.append((np.dtype(dtype), np.asarray(targets, dtype=np.int64)))
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def local_rows(self, index: int) -> tuple[int, int]:
+        """Dataset rows [begin, end) this rank reads for global batch `index`."""
+        first = index * self.global_batch_size
+        batch_rows = min(self.global_batch_size, self.num_rows - first)
+        begin, end = rank_slice(batch_rows, self.rank, self.world_size)
+        return first + begin, first + end
+
+    def read_batch(self, index: int) -> Batch:
+        """Decode global batch `index` (this rank's slice) synchronously."""
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
+        begin, end = self.local_rows(index)
+        n = end - begin
+        global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
+        label = np.empty(n, dtype=np.float32)
+        bad = decode.decode_label(self._label[begin:end], label)
+        if bad >= 0:
+            raise DataError(f"label byte {int(self._label[begin + bad])} is not 0 or 1", self.label_chunk.path,
+                            self.label_chunk.features[0], begin + bad)
+        numerical = np.empty((n, self.num_numerical), dtype=np.float32)
+        if self._numerical is not None:
+            self._decode_numerical(begin, end, numerical)
+        categorical = np.empty((n, self.num_categorical), dtype=np.int32)
+        if self._columns:
+            self._decode_categorical(begin, end, categorical)
+        return Batch(numerical, categorical, label, global_rows, index, begin)
+
+    def _decode_numerical(self, begin: int, end: int, out: np.ndarray) -> None:
+        width = self.num_numerical
+        src = self._numerical[begin * width:end * width]
+        flat = out.reshape(-1)
+        if src.dtype == np.uint16:
+            bad = decode.decode_half(src, decode.HALF_TO_FLOAT_BITS, flat.view(np.uint32))
+        else:
+            bad = decode.decode_single(src, flat)
+        if bad >= 0:
+            row, column = divmod(bad, width)
+            value = src[bad:bad + 1].view(self.numerical_chunk.dtype)[0]
+            raise DataError(f"numerical value {value} is NaN or inf", self.numerical_chunk.path,
+                            self.numerical_chunk.features[column], begin + row)
+
+    def _decode_categorical(self, begin: int, end: int, out: np.ndarray) -> None:
+        args = []
+        for dtype, targets in self._groups:
+            cols = tuple(self._columns[j][begin:end] for j in targets)
+            if not cols:  # the kernel takes one tuple per dtype; an empty group gets an unused dummy
+                cols = (np.empty(0, dtype=dtype),)
+            args += [cols, targets]
+        table, row = decode.decode_categorical(*args, self._cards, out)
+        if table >= 0:
+            chunk = self.categorical_chunks[table]
+            value = int(self._columns[table][begin + row])
+            raise DataError(f"id {value} is outside [0, {self._cards[table]})", chunk.path, chunk.features[0],
+                            begin + row)
+
+    # -- iteration
+    def __iter__(self) -> Iterator[Batch]:
+        first = 0 if self._iterated else self.start_batch
+        self._iterated = True
+        return self.iter_from(first)
+
+    def iter_from(self, first_batch: int) -> Iterator[Batch]:
+        """Batches first_batch .. len-1 of this rank (prefetched in the background)."""
+        if not 0 <= first_batch <= self.num_batches:
+            raise ValueError(f"first_batch {first_batch} is outside [0, {self.num_batches}]")
+        if self.prefetch == 0:
+            return (self.read_batch(i) for i in range(first_batch, self.num_batches))
+        return _prefetched(self.read_batch, range(first_batch, self.num_batches), self.prefetch, self.threads)
+
+    def check_all(self) -> int:
+        """Decode every row of the mapping once (all ranks' rows, partial batch included) to surface
+        bad values before training; returns the number of rows checked."""
+        whole = BatchReader(self.spec, self.mapping, self.global_batch_size, prefetch=0)
+        for i in range(len(whole)):
+            whole.read_batch(i)
+        return whole.num_rows
+
+
+class _Failure:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _prefetched(produce, indices: range, prefetch: int, threads: int) -> Iterator[Batch]:
+    """Run `produce(i)` for `indices` in `threads` background threads, yield results in order.
+
+    Thread k produces indices k, k+threads, ... into its own bounded queue; the consumer takes from
+    the queues round-robin, so order is preserved and at most ~`prefetch` batches wait in memory.
+    Stops the threads when the consumer stops early (generator close / garbage collection).
+    """
+    threads = max(1, min(threads, len(indices) or 1))
+    depth = max(1, -(-prefetch // threads))
+    queues = [queue.Queue(maxsize=depth) for _ in range(threads)]
+    stop = threading.Event()
+
+    def put(q: queue.Queue, item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work(k: int) -> None:
+        try:
+            for i in indices[k::threads]:
+                if not put(queues[k], produce(i)):
+                    return
+        except BaseException as error:  # handed to the consumer, raised there
+            put(queues[k], _Failure(error))
+
+    def consume() -> Iterator[Batch]:
+        # threads start on the first next(), so an iterator that is never used leaks nothing
+        workers = [threading.Thread(target=work, args=(k,), daemon=True, name=f"batch-prefetch-{k}")
+                   for k in range(threads)]
+        for w in workers:
+            w.start()
+        try:
+            for n in range(len(indices)):
+                item = queues[n % threads].get()
+                if isinstance(item, _Failure):
+                    raise item.error
+                yield item
+        finally:
+            stop.set()
+            for w in workers:
+                w.join(timeout=10)
+
+    return consume()

@@ -1,0 +1,40 @@
+"""The one exception the data layer raises for bad input, with the place it was found.
+
+Every error names the file, the feature and (where it applies) the row, so a user can go
+straight to the bad record instead of guessing which of 40 files is wrong.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class DataError(ValueError):
+    """Bad dataset input. `file`, `feature` and `row` say where (None when not applicable)."""
+
+    def __init__(self, message: str, file: Optional[str] = None, feature: Optional[str] = None,
+                 row: Optional[int] = None):
+        self.file = file
+        self.feature = feature
+        self.row = row
+        where = []
+        if file is not None:
+            where.append(f"file {file}")
+        if feature is not None:
+            where.append(f"feature {feature!r}")
+        if row is not None:
+            where.append(f"row {row}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+class SpecError(DataError):
+    """A feature spec that is inconsistent with itself or with the files on disk.
+
+    `problems` lists every problem found (validation reports all of them at once).
+    """
+
+    def __init__(self, problems: list[str], path: Optional[str] = None):
+        self.problems = list(problems)
+        head = f"invalid feature spec {path}" if path else "invalid feature spec"
+        body = "\n  - ".join(self.problems)
+        ValueError.__init__(self, f"{head} ({len(self.problems)} problem(s)):\n  - {body}")
+        self.file, self.feature, self.row = path, None, None

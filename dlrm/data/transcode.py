@@ -1,0 +1,170 @@
+"""Headerless CSV described by a feature spec -> split-binary dataset (the "bring your own data" path).
+
+The input spec lists, per mapping, one `csv` chunk holding every feature in column order; its files
+are concatenated row-wise. Values must already be model-ready: label 0/1, numericals as numbers
+(stored as float16), categoricals as integer ids in [0, cardinality). Files are read in chunks (pandas'
+C parser), so memory stays bounded. Any bad field (empty, not a number, non-integer or out-of-range
+id, label not 0/1, NaN/inf, too many or too few fields) stops the run with an error naming the CSV
+file, its line and the feature; nothing is published (the writer renames files only on success).
+
+CLI: `python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR [--delimiter ,]`
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import os
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from dlrm.data.binary import SplitBinaryWriter
+from dlrm.data.errors import DataError, SpecError
+from dlrm.data.feature_spec import CSV, FeatureSpec
+
+DEFAULT_CHUNK_ROWS = 1 << 18
+
+
+def output_spec(input_spec: FeatureSpec) -> FeatureSpec:
+    """The split-binary spec for the same features and mappings (metadata carried over)."""
+    cards = dict(zip(input_spec.categorical_names, input_spec.cardinalities))
+    return FeatureSpec.split_binary(input_spec.label_name, input_spec.numerical_names, cards,
+                                    input_spec.mappings, metadata=dict(input_spec.metadata))
+
+
+def _csv_chunk(spec: FeatureSpec, mapping: str) -> dict:
+    chunks = spec.source_spec[mapping]
+    if len(chunks) != 1 or chunks[0]["type"] != CSV:
+        raise SpecError([f"source_spec.{mapping}: transcode reads exactly one '{CSV}' chunk holding every "
+                         f"feature (column order = its feature list), got {len(chunks)} chunk(s)"],
+                        spec._spec_path())
+    return chunks[0]
+
+
+class _ColumnRoles:
+    """Where each channel's features sit among the CSV columns."""
+
+    def __init__(self, spec: FeatureSpec, columns: list[str]):
+        position = {name: i for i, name in enumerate(columns)}
+        self.columns = columns
+        self.label = position[spec.label_name]
+        self.numerical = [position[n] for n in spec.numerical_names]
+        self.categorical = [position[n] for n in spec.categorical_names]
+        self.cardinalities = np.asarray(spec.cardinalities, dtype=np.float64)
+
+
+def _check_block(values: np.ndarray, roles: _ColumnRoles, path: str, first_line: int) -> None:
+    """Raise DataError for the first bad field of a parsed block (float64 [rows, columns])."""
+    def fail(row: int, column: int, why: str) -> None:
+        line = first_line + row
+        raise DataError(f"(line {line}) {why}", path, roles.columns[column], line - 1)
+
+    def first_bad(mask: np.ndarray, columns: list[int]):
+        rows, cols = np.nonzero(mask)
+        if rows.size == 0:
+            return None
+        k = int(np.lexsort((cols, rows))[0])
+        return int(rows[k]), columns[int(cols[k])]
+
+    empty = np.isnan(values)
+    if empty.any():
+        row, column = first_bad(empty, list(range(values.shape[1])))
+        fail(row, column, "empty or missing field")
+    label = values[:, roles.label]
+    bad = np.flatnonzero((label != 0) & (label != 1))
+    if bad.size:
+        fail(int(bad[0]), roles.label, f"label {label[bad[0]]:g} is not 0 or 1")
+    numerical = values[:, roles.numerical]
+    with np.errstate(over="ignore"):
+        stored = numerical.astype(np.float16)
+    hit = first_bad(~np.isfinite(numerical) | ~np.isfinite(stored), roles.numerical)
+    if hit:
+        value = values[hit[0], hit[1]]
+        fail(hit[0], hit[1], f"numerical value {value:g} is " + ("inf" if np.isinf(value) else "beyond float16 range"))
+    ids = values[:, roles.categorical]
+    hit = first_bad((ids != np.floor(ids)) | (ids < 0) | (ids >= roles.cardinalities), roles.categorical)
+    if hit:
+        card = int(roles.cardinalities[roles.categorical.index(hit[1])])
+        fail(hit[0], hit[1], f"id {values[hit[0], hit[1]]:g} is not an integer in [0, {card})")
+
+
+def _diagnose(path: str, first_line: int, roles: _ColumnRoles, delimiter: str, error: Exception) -> DataError:
+    """Find the field pandas could not parse, reading the block's lines one by one (error path only)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        lines = itertools.islice(f, first_line - 1, None)
+        for line_number, fields in enumerate(csv.reader(lines, delimiter=delimiter), start=first_line):
+            if len(fields) != len(roles.columns):
+                return DataError(f"(line {line_number}) has {len(fields)} fields, expected {len(roles.columns)}",
+                                 path, None, line_number - 1)
+            for name, text in zip(roles.columns, fields):
+                try:
+                    float(text)
+                except ValueError:
+                    return DataError(f"(line {line_number}) {text!r} is not a number", path, name, line_number - 1)
+    return DataError(f"could not be parsed: {error}", path)
+
+
+def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSpec, mapping: str,
+                      chunk_rows: int = DEFAULT_CHUNK_ROWS, delimiter: str = ",") -> int:
+    """Convert one mapping; returns its row count."""
+    chunk = _csv_chunk(input_spec, mapping)
+    roles = _ColumnRoles(input_spec, list(chunk["features"]))
+    with SplitBinaryWriter(out_dir, out_spec, mapping) as writer:
+        for relative in chunk["files"]:
+            path = input_spec.resolve(relative)
+            first_line = 1
+            reader = pd.read_csv(path, header=None, sep=delimiter, dtype=np.float64, chunksize=chunk_rows,
+                                 skip_blank_lines=False, engine="c", names=roles.columns, index_col=False)
+            blocks = iter(reader)
+            while True:
+                try:
+                    block = next(blocks)
+                except StopIteration:
+                    break
+                except (ValueError, pd.errors.ParserError) as error:
+                    raise _diagnose(path, first_line, roles, delimiter, error) from None
+                values = block.to_numpy(dtype=np.float64)
+                _check_block(values, roles, path, first_line)
+                writer.write(values[:, roles.label] == 1, values[:, roles.numerical],
+                             [values[:, j].astype(np.int64) for j in roles.categorical])
+                first_line += values.shape[0]
+    return writer.rows_written
+
+
+def transcode(input_spec_path: str, out_dir: str, chunk_rows: int = DEFAULT_CHUNK_ROWS, delimiter: str = ",",
+              mappings: Optional[Sequence[str]] = None) -> FeatureSpec:
+    """Transcode every (or the given) mapping and write `out_dir/feature_spec.yaml`."""
+    input_spec = FeatureSpec.load(input_spec_path).validate(check_files=True)
+    out_spec = output_spec(input_spec)
+    os.makedirs(out_dir, exist_ok=True)
+    rows = {}
+    for mapping in mappings or input_spec.mappings:
+        rows[mapping] = transcode_mapping(input_spec, out_dir, out_spec, mapping, chunk_rows, delimiter)
+    out_spec.source_spec = {m: out_spec.source_spec[m] for m in rows}
+    out_spec.metadata["num_rows"] = rows
+    out_spec.metadata["transcoded_from"] = os.path.abspath(input_spec_path)
+    out_spec.save(out_dir)
+    return out_spec.validate()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dlrm.data.transcode", description=__doc__.split("\n")[0])
+    parser.add_argument("--input", required=True, help="feature spec (yaml) of the CSV dataset")
+    parser.add_argument("--output", required=True, help="output directory of the split-binary dataset")
+    parser.add_argument("--delimiter", default=",", help="field separator (use $'\\t' for TSV)")
+    parser.add_argument("--chunk_rows", type=int, default=DEFAULT_CHUNK_ROWS)
+    args = parser.parse_args(argv)
+    try:
+        spec = transcode(args.input, args.output, args.chunk_rows, args.delimiter)
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {spec.metadata['num_rows']} rows to {os.path.abspath(args.output)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""A stack of dense layers with the reference DLRM initialisation.
+
+Reference (facebookresearch/dlrm, NVIDIA's TF2 DLRM): kernels Glorot normal
+(std = sqrt(2 / (fan_in + fan_out))), biases normal with std = sqrt(1 / fan_out). Every layer gets
+its own seed derived from the model seed, so two models built with the same seed are identical.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import tensorflow as tf
+
+
+def layer_seed(model_seed: int, layer_key: int) -> int:
+    """A distinct, reproducible 31-bit initializer seed per layer."""
+    return (int(model_seed) * 1_000_003 + int(layer_key) * 7_919 + 12_345) % (2**31 - 1)
+
+
+def dense_layer(
+    units: int, activation, seed: int, dtype: str, name: str, use_bias: bool = True,
+    zero_bias: bool = False,
+) -> tf.keras.layers.Dense:
+    """A Dense layer with a Glorot-normal kernel and (by default) the reference N(0, 1/units) bias."""
+    bias_init = (
+        tf.keras.initializers.Zeros()
+        if zero_bias
+        else tf.keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / units), seed=seed + 1)
+    )
+    return tf.keras.layers.Dense(
+        units,
+        activation=activation,
+        use_bias=use_bias,
+        kernel_initializer=tf.keras.initializers.GlorotNormal(seed=seed),
+        bias_initializer=bias_init,
+        dtype=dtype,
+        name=name,
+    )
+
+
+class MLP(tf.keras.layers.Layer):
+    """input [B, input_dim] -> [B, units[-1]]; ReLU after every layer except (optionally) the last.
+
+    Built eagerly in the constructor, so all variables exist before any `tf.function` runs.
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        units: Sequence[int],
+        relu_last: bool,
+        seed: int,
+        dtype: str = "float32",
+        name: str = "mlp",
+    ):
+        super().__init__(name=name, dtype=dtype)
+        if not units:
+            raise ValueError(f"{name}: needs at least one layer")
+        self.units = [int(u) for u in units]
+        self.dense_layers = []
+        fan_in = int(input_dim)
+        for i, width in enumerate(self.units):
+            last = i == len(self.units) - 1
+            activation = None if (last and not relu_last) else "relu"
+            layer = dense_layer(width, activation, layer_seed(seed, i), dtype, name=f"{name}_{i}")
+            with tf.name_scope(f"{name}_{i}"):  # unique variable names, e.g. top_mlp_0/kernel:0
+                layer.build((None, fan_in))
+            self.dense_layers.append(layer)
+            fan_in = width
+        self.built = True
+
+    @property
+    def output_dim(self) -> int:
+        return self.units[-1]
+
+    def call(self, x):
+        for layer in self.dense_layers:
+            x = layer(x)
+        return x

@@ -1,0 +1,1 @@
+"""Training: learning-rate schedule, sparse-aware optimizers, evaluation, the loop and checkpoints."""

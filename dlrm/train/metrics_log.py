@@ -1,0 +1,184 @@
+"""What a run tells its user: JSON-lines metrics, progress output, TensorBoard, and a final plot.
+
+`<run_dir>/metrics.jsonl`   one JSON object per line: {"kind": "train"|"eval"|..., "step": ..., ...}
+`<run_dir>/tensorboard/`    scalar summaries (train/loss, train/lr, train/samples_per_sec, eval/auc, ...)
+`<run_dir>/metrics.png`     loss and AUC over steps (written by `close()`)
+
+Progress goes to a tqdm bar on an interactive terminal and to plain periodic lines otherwise (logs
+of batch jobs stay readable). Only the primary rank logs: other ranks get a disabled logger. A resumed
+run appends to the same file; readers keep the last record per (kind, step).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Dict, List, Optional, TextIO
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "metrics.png"
+TENSORBOARD_DIR = "tensorboard"
+
+
+def _json_value(value):
+    """Floats that JSON cannot carry (NaN, inf) become strings instead of invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _end_with_newline(path: str) -> None:
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        with open(path, "rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+
+
+class MetricsLog:
+    """Logger for one run; every method is a no-op when `enabled` is False (non-primary ranks)."""
+
+    def __init__(self, run_dir: str, enabled: bool = True, use_tqdm: Optional[bool] = None,
+                 tensorboard: bool = True, stream: Optional[TextIO] = None):
+        self.enabled = enabled
+        self.run_dir = run_dir
+        self.stream = stream or sys.stdout
+        self._bar = None
+        self._file = None
+        self._writer = None
+        if not enabled:
+            return
+        os.makedirs(run_dir, exist_ok=True)
+        self.metrics_path = os.path.join(run_dir, METRICS_FILE)
+        _end_with_newline(self.metrics_path)  # a killed run may have left a torn last line
+        self._file = open(self.metrics_path, "a", buffering=1)
+        if tensorboard:
+            import tensorflow as tf
+
+            self._writer = tf.summary.create_file_writer(os.path.join(run_dir, TENSORBOARD_DIR))
+        if use_tqdm is None:
+            use_tqdm = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.use_tqdm = use_tqdm
+        self._last_step = 0
+
+    def start(self, total_steps: int, start_step: int = 0) -> None:
+        """Training begins (or resumes at `start_step`): open the progress bar on a terminal."""
+        if not self.enabled:
+            return
+        self._last_step = start_step
+        if self.use_tqdm and total_steps:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total_steps, initial=start_step, file=self.stream, unit="step",
+                             dynamic_ncols=True)
+
+    # -- records ----------------------------------------------------------------------------------
+    def _record(self, kind: str, step: int, values: Dict[str, float]) -> None:
+        record = {"kind": kind, "step": int(step), "time": round(time.time(), 3)}
+        record.update({k: _json_value(v) for k, v in values.items()})
+        self._file.write(json.dumps(record) + "\n")
+        if self._writer is not None:
+            import tensorflow as tf
+
+            with self._writer.as_default(step=int(step)):
+                for name, value in values.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        tf.summary.scalar(f"{kind}/{name}", float(value))
+
+    def train(self, step: int, loss: float, lr: float, samples_per_sec: float, epoch: float) -> None:
+        if not self.enabled:
+            return
+        self._record("train", step, {"loss": loss, "lr": lr, "samples_per_sec": samples_per_sec,
+                                     "epoch": epoch})
+        if self._bar is not None:
+            self._bar.update(step - self._last_step)
+            self._bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.3g}", sps=f"{samples_per_sec:,.0f}")
+        else:
+            self.message(f"step {step:>8d}  epoch {epoch:6.3f}  loss {loss:.5f}  lr {lr:.4g}  "
+                         f"{samples_per_sec:,.0f} samples/s")
+        self._last_step = step
+
+    def eval(self, step: int, auc: float, logloss: float, **extra: float) -> None:
+        if not self.enabled:
+            return
+        values = {"auc": auc, "logloss": logloss}
+        values.update(extra)
+        self._record("eval", step, values)
+        details = "".join(f"  {k} {v:.5f}" if isinstance(v, float) else f"  {k} {v}" for k, v in extra.items())
+        self.message(f"eval at step {step}: AUC {auc:.5f}  logloss {logloss:.5f}{details}")
+
+    def event(self, kind: str, step: int, **values) -> None:
+        """Other one-off records (checkpoint written, run stopped, benchmark result)."""
+        if self.enabled:
+            self._record(kind, step, values)
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self, plot: bool = True) -> Optional[str]:
+        """Flush everything; returns the plot path if one was written."""
+        if not self.enabled:
+            return None
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            self._writer = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if plot:
+            return plot_metrics(self.metrics_path, os.path.join(self.run_dir, PLOT_FILE))
+        return None
+
+
+def read_metrics(path: str) -> List[dict]:
+    """Records of a metrics file, keeping the last one per (kind, step) (resumed runs repeat steps)."""
+    latest: Dict[tuple, dict] = {}
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by a killed run (the resumed run starts on a fresh line)
+            latest[(record.get("kind"), record.get("step"))] = record
+    return sorted(latest.values(), key=lambda r: (r.get("step", 0), str(r.get("kind"))))
+
+
+def plot_metrics(metrics_path: str, png_path: str) -> Optional[str]:
+    """Training loss and evaluation AUC against step, as a PNG (matplotlib, no display needed)."""
+    records = read_metrics(metrics_path)
+    train = [r for r in records if r["kind"] == "train" and isinstance(r.get("loss"), (int, float))]
+    evals = [r for r in records if r["kind"] == "eval" and isinstance(r.get("auc"), (int, float))]
+    if not train and not evals:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, auc_ax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    loss_ax.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1)
+    loss_ax.set_ylabel("training loss")
+    loss_ax.grid(alpha=0.3)
+    auc_ax.plot([r["step"] for r in evals], [r["auc"] for r in evals], marker="o", lw=1, label="AUC")
+    bayes = [r["bayes_auc"] for r in evals if isinstance(r.get("bayes_auc"), (int, float))]
+    if bayes:
+        auc_ax.axhline(bayes[-1], color="gray", ls="--", lw=1, label="Bayes-optimal AUC")
+        auc_ax.legend(loc="lower right")
+    auc_ax.set_ylabel("eval AUC")
+    auc_ax.set_xlabel("step")
+    auc_ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)
+    return png_path

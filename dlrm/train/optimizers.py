@@ -1,0 +1,246 @@
+"""SGD, Adagrad and Adam whose embedding updates are sparse.
+
+A `tf.IndexedSlices` gradient (what `tf.gather` on a table produces) updates only the rows it
+touches, in the variable AND in its slots ("lazy" Adagrad/Adam): untouched rows keep their values
+and their moments bit for bit. Duplicate ids in a batch are summed first, so a row seen k times gets
+one update with the sum of its k gradients (the gradient of the loss), not k separate ones.
+Dense tensors (MLP weights) get the ordinary dense update.
+
+Why not Keras optimizers: the new (Keras >= 2.11) optimizers update embedding tables densely, and
+the legacy ones do not give sparse *lazy* Adam or a by-name view of the slots for sharded
+checkpoints. The update formulas follow Keras' legacy optimizers (Adagrad: initial accumulator 0.1,
+epsilon 1e-7; Adam: beta1 0.9, beta2 0.999, epsilon 1e-7, bias correction by the global step).
+Every op runs in a fixed order on CPU, so updates are deterministic.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Tuple
+
+import tensorflow as tf
+
+from dlrm.config import OptimizerConfig
+from dlrm.model.precision import needs_loss_scaling
+
+
+def sum_duplicate_rows(grad: tf.IndexedSlices) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(unique row ids, summed gradient rows) of an IndexedSlices gradient, in first-seen order."""
+    rows, positions = tf.unique(grad.indices)
+    summed = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(rows)[0])
+    return rows, summed
+
+
+class SparseOptimizer:
+    """Base class: slots per variable, an iteration counter, sparse or dense update per gradient."""
+
+    slot_names: Tuple[str, ...] = ()
+    slot_initial_value: float = 0.0
+
+    def __init__(self, schedule, name: str):
+        self.name = name
+        self.schedule = schedule
+        self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"{name}/iterations")
+        self._slots: Dict[object, Dict[str, tf.Variable]] = {}
+
+    # -- state -------------------------------------------------------------------------------
+    def build(self, variables: Iterable[tf.Variable]) -> None:
+        """Create the slots of `variables` (idempotent). Call eagerly, before tracing and restoring."""
+        for var in variables:
+            if var.ref() in self._slots:
+                continue
+            base_name = var.name.split(":")[0]
+            with tf.init_scope():
+                self._slots[var.ref()] = {
+                    slot: tf.Variable(
+                        tf.fill(var.shape, tf.constant(self.slot_initial_value, var.dtype)),
+                        trainable=False, name=f"{base_name}/{slot}",
+                    )
+                    for slot in self.slot_names
+                }
+
+    def slots_for(self, var: tf.Variable) -> Dict[str, tf.Variable]:
+        """Slot variables of `var` by slot name (same shape as `var`); {} for SGD."""
+        try:
+            return dict(self._slots[var.ref()])
+        except KeyError:
+            raise KeyError(f"optimizer has no slots for {var.name}: call build() with it first") from None
+
+    def state_variables(self) -> Dict[str, tf.Variable]:
+        """Non-slot optimizer state to checkpoint, by name."""
+        return {"iterations": self.iterations}
+
+    def learning_rate(self) -> tf.Tensor:
+        return self.schedule(self.iterations)
+
+    # -- update ------------------------------------------------------------------------------
+    def apply(self, grads_and_vars) -> None:
+        """Apply one update with lr = schedule(iterations), then advance `iterations`."""
+        pairs: List = [(g, v) for g, v in grads_and_vars if g is not None]
+        unknown = [v for _, v in pairs if v.ref() not in self._slots]
+        if unknown:
+            if not tf.executing_eagerly():
+                raise RuntimeError(
+                    f"{self.name}: no slots for {[v.name for v in unknown][:3]}...; call "
+                    f"optimizer.build(variables) eagerly before the tf.function train step"
+                )
+            self.build(unknown)
+        lr = tf.cast(self.schedule(self.iterations), tf.float32)
+        step = tf.cast(self.iterations + 1, tf.float32)
+        for grad, var in pairs:
+            slots = self._slots[var.ref()]
+            if isinstance(grad, tf.IndexedSlices):
+                rows, values = sum_duplicate_rows(grad)
+                self._apply_sparse(var, slots, rows, tf.cast(values, var.dtype), lr, step)
+            else:
+                self._apply_dense(var, slots, tf.cast(grad, var.dtype), lr, step)
+        self.iterations.assign_add(1)
+
+    def _apply_dense(self, var, slots, grad, lr, step) -> None:
+        raise NotImplementedError
+
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step) -> None:
+        raise NotImplementedError
+
+
+class SparseSGD(SparseOptimizer):
+    """var -= lr * grad (legacy Keras SGD without momentum)."""
+
+    def _apply_dense(self, var, slots, grad, lr, step):
+        var.assign_sub(lr * grad)
+
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
+        var.scatter_sub(tf.IndexedSlices(lr * grad_rows, rows))
+
+
+class SparseAdagrad(SparseOptimizer):
+    """acc += g^2; var -= lr * g / (sqrt(acc) + eps); sparse: only touched rows of var and acc."""
+
+    slot_names = ("accumulator",)
+    slot_initial_value = 0.1
+    epsilon = 1e-7
+
+    def _apply_dense(self, var, slots, grad, lr, step):
+        acc = slots["accumulator"]
+        acc.assign_add(tf.square(grad))
+        var.assign_sub(lr * grad / (tf.sqrt(acc.read_value()) + self.epsilon))
+
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
+        acc = slots["accumulator"]
+        acc_rows = tf.gather(acc, rows) + tf.square(grad_rows)
+        acc.scatter_update(tf.IndexedSlices(acc_rows, rows))
+        var.scatter_sub(tf.IndexedSlices(lr * grad_rows / (tf.sqrt(acc_rows) + self.epsilon), rows))
+
+
+class SparseAdam(SparseOptimizer):
+    """Adam; sparse gradients update only touched rows of var, m and v (lazy Adam)."""
+
+    slot_names = ("m", "v")
+    beta1 = 0.9
+    beta2 = 0.999
+    epsilon = 1e-7
+
+    def _step_size(self, lr, step):
+        return lr * tf.sqrt(1.0 - tf.pow(self.beta2, step)) / (1.0 - tf.pow(self.beta1, step))
+
+    def _apply_dense(self, var, slots, grad, lr, step):
+        m, v = slots["m"], slots["v"]
+        m.assign(self.beta1 * m + (1.0 - self.beta1) * grad)
+        v.assign(self.beta2 * v + (1.0 - self.beta2) * tf.square(grad))
+        var.assign_sub(self._step_size(lr, step) * m / (tf.sqrt(v) + self.epsilon))
+
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
+        m, v = slots["m"], slots["v"]
+        m_rows = self.beta1 * tf.gather(m, rows) + (1.0 - self.beta1) * grad_rows
+        v_rows = self.beta2 * tf.gather(v, rows) + (1.0 - self.beta2) * tf.square(grad_rows)
+        m.scatter_update(tf.IndexedSlices(m_rows, rows))
+        v.scatter_update(tf.IndexedSlices(v_rows, rows))
+        update = self._step_size(lr, step) * m_rows / (tf.sqrt(v_rows) + self.epsilon)
+        var.scatter_sub(tf.IndexedSlices(update, rows))
+
+
+def _grad_values(grad):
+    return grad.values if isinstance(grad, tf.IndexedSlices) else grad
+
+
+def _scale_grad(grad, factor):
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices,
+                                grad.dense_shape)
+    return grad * tf.cast(factor, grad.dtype)
+
+
+class LossScaledOptimizer:
+    """Dynamic loss scaling for float16: scale the loss, unscale the gradients, skip bad steps.
+
+    A step whose gradients contain inf/nan is skipped (no variable, slot or iteration changes) and
+    halves the scale; after `growth_interval` good steps in a row the scale doubles.
+    """
+
+    def __init__(self, inner: SparseOptimizer, initial_scale: float = 2.0**15,
+                 growth_interval: int = 2000):
+        self.inner = inner
+        self.growth_interval = int(growth_interval)
+        self.loss_scale = tf.Variable(float(initial_scale), dtype=tf.float32, trainable=False,
+                                      name="loss_scale")
+        self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="loss_scale_good_steps")
+
+    @property
+    def iterations(self) -> tf.Variable:
+        return self.inner.iterations
+
+    @property
+    def schedule(self):
+        return self.inner.schedule
+
+    def build(self, variables) -> None:
+        self.inner.build(variables)
+
+    def slots_for(self, var) -> Dict[str, tf.Variable]:
+        return self.inner.slots_for(var)
+
+    def learning_rate(self) -> tf.Tensor:
+        return self.inner.learning_rate()
+
+    def state_variables(self) -> Dict[str, tf.Variable]:
+        state = self.inner.state_variables()
+        state.update(loss_scale=self.loss_scale, loss_scale_good_steps=self.good_steps)
+        return state
+
+    def scale_loss(self, loss):
+        return loss * tf.cast(self.loss_scale, loss.dtype)
+
+    def apply(self, grads_and_vars) -> None:
+        pairs = [(g, v) for g, v in grads_and_vars if g is not None]
+        inverse = 1.0 / self.loss_scale
+        unscaled = [(_scale_grad(g, inverse), v) for g, v in pairs]
+        finite = tf.reduce_all(
+            tf.stack([tf.reduce_all(tf.math.is_finite(_grad_values(g))) for g, _ in unscaled])
+        ) if unscaled else tf.constant(True)
+
+        def apply_and_maybe_grow():
+            self.inner.apply(unscaled)
+            grow = self.good_steps + 1 >= self.growth_interval
+            self.loss_scale.assign(tf.where(grow, self.loss_scale * 2.0, self.loss_scale))
+            self.good_steps.assign(tf.where(grow, tf.zeros_like(self.good_steps), self.good_steps + 1))
+            return tf.constant(True)
+
+        def skip_and_shrink():
+            self.loss_scale.assign(tf.maximum(self.loss_scale * 0.5, 1.0))
+            self.good_steps.assign(0)
+            return tf.constant(False)
+
+        tf.cond(finite, apply_and_maybe_grow, skip_and_shrink)
+
+
+OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam}
+
+
+def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False):
+    """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP."""
+    try:
+        cls = OPTIMIZERS[cfg.optimizer]
+    except KeyError:
+        raise ValueError(
+            f"unknown optimizer {cfg.optimizer!r}; choose one of {sorted(OPTIMIZERS)}"
+        ) from None
+    optimizer = cls(schedule, name=cfg.optimizer)
+    return LossScaledOptimizer(optimizer) if needs_loss_scaling(amp) else optimizer

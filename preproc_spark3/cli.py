@@ -1,0 +1,111 @@
+"""Flags (and environment defaults) -> PreprocConfig, in one place. `python -m preproc_spark3 --help`."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Optional, Sequence
+
+from dlrm.data.errors import DataError
+from preproc_spark3.config import (RAPIDS_JAR_ENV, PreprocConfig, PreprocessError, SparkSettings, parse_days,
+                                   parse_thresholds)
+
+_SPARK_DEFAULTS = SparkSettings()
+_PREPROC_DEFAULTS = PreprocConfig(raw_dir="", out_dir="")
+
+
+def _env(name: str, default):
+    return os.environ.get(name, default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m preproc_spark3",
+        description="Raw Criteo 1TB click-log days (day_0 .. day_23) -> split-binary DLRM dataset, with Spark 3.")
+    p.add_argument("raw_dir", help="directory holding day_<N> files (optionally day_<N>.gz)")
+    p.add_argument("out_dir", help="dataset directory to write (feature_spec.yaml, train/, test/, validation/)")
+    p.add_argument("--frequency_threshold", default="0",
+                   help="T, or T with per-feature overrides like '15,C3:3,C20:0'; values seen < T times -> id 0")
+    p.add_argument("--train_days", default="0-22", help="training days, e.g. '0-22' (the N of day_N)")
+    p.add_argument("--eval_day", type=int, default=23,
+                   help="day split by line count into test (first half) and validation (second half)")
+    p.add_argument("--dictionary_from_all_days", action="store_true",
+                   help="NVIDIA compatibility: count the vocabulary over the evaluation day too (leaks it)")
+    p.add_argument("--log_offset", type=float, default=1.0, help="numericals -> log(x + offset); NVIDIA TF2 uses 3")
+    p.add_argument("--no_shuffle", action="store_true", help="keep the training rows in input (day, line) order")
+    p.add_argument("--seed", type=int, default=_PREPROC_DEFAULTS.seed, help="seed of the global training shuffle")
+    p.add_argument("--max_malformed_fraction", type=float, default=_PREPROC_DEFAULTS.max_malformed_fraction,
+                   help="fail if more than this fraction of all lines is malformed")
+    p.add_argument("--broadcast_max_rows", type=int, default=_PREPROC_DEFAULTS.broadcast_max_rows,
+                   help="dictionaries up to this many values are broadcast to the joins")
+    p.add_argument("--conversion_batch_rows", type=int, default=_PREPROC_DEFAULTS.conversion_batch_rows,
+                   help="rows per chunk of the parquet -> binary conversion (bounds its memory)")
+    p.add_argument("--keep_work", action="store_true", help="keep the parsed-input parquet in <out_dir>/_work")
+
+    s = p.add_argument_group("Spark (flags override the PREPROC_* environment variables)")
+    s.add_argument("--master", default=_env("PREPROC_SPARK_MASTER", _SPARK_DEFAULTS.master),
+                   help="Spark master: local[*] (default), local[N], spark://host:7077, yarn, ...")
+    s.add_argument("--driver_memory", default=_env("PREPROC_DRIVER_MEMORY", _SPARK_DEFAULTS.driver_memory),
+                   help="in local mode the driver runs every task: give it most of the memory")
+    s.add_argument("--executor_memory", default=_env("PREPROC_EXECUTOR_MEMORY", _SPARK_DEFAULTS.executor_memory))
+    s.add_argument("--shuffle_partitions", type=int,
+                   default=int(_env("PREPROC_SHUFFLE_PARTITIONS", _SPARK_DEFAULTS.shuffle_partitions)))
+    s.add_argument("--local_dir", default=_env("PREPROC_LOCAL_DIR", _SPARK_DEFAULTS.local_dir),
+                   help="spill / shuffle directory (fast local disk with room for ~2x the input)")
+    s.add_argument("--max_partition_bytes", default=_env("PREPROC_MAX_PARTITION_BYTES",
+                                                         _SPARK_DEFAULTS.max_partition_bytes))
+    s.add_argument("--spark_conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other Spark property (repeatable), applied last")
+    g = p.add_argument_group("GPU (RAPIDS Accelerator for Apache Spark)")
+    g.add_argument("--gpu", action="store_true", help="run the SQL stages on GPUs (needs --rapids_jar)")
+    g.add_argument("--rapids_jar", default=_env(RAPIDS_JAR_ENV, None),
+                   help=f"rapids-4-spark_2.12-<version>.jar (or env {RAPIDS_JAR_ENV})")
+    g.add_argument("--gpu_discovery_script", default=None,
+                   help="prints the host's GPUs as JSON; default preproc_spark3/get_gpus_resources.sh")
+    g.add_argument("--gpus_per_executor", type=int, default=_SPARK_DEFAULTS.gpus_per_executor)
+    g.add_argument("--concurrent_gpu_tasks", type=int, default=_SPARK_DEFAULTS.concurrent_gpu_tasks)
+    return p
+
+
+def _spark_conf_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PreprocessError(f"--spark_conf {item!r}: expected KEY=VALUE")
+        pairs.append((key.strip(), value))
+    return tuple(pairs)
+
+
+def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
+    a = build_parser().parse_args(argv)
+    spark = SparkSettings(master=a.master, driver_memory=a.driver_memory, executor_memory=a.executor_memory,
+                          shuffle_partitions=a.shuffle_partitions, local_dir=a.local_dir,
+                          max_partition_bytes=a.max_partition_bytes, gpu=a.gpu, rapids_jar=a.rapids_jar,
+                          gpu_discovery_script=a.gpu_discovery_script, gpus_per_executor=a.gpus_per_executor,
+                          concurrent_gpu_tasks=a.concurrent_gpu_tasks,
+                          extra_conf=_spark_conf_pairs(a.spark_conf))
+    config = PreprocConfig(raw_dir=a.raw_dir, out_dir=a.out_dir, thresholds=parse_thresholds(a.frequency_threshold),
+                           train_days=parse_days(a.train_days), eval_day=a.eval_day,
+                           dictionary_from_all_days=a.dictionary_from_all_days, log_offset=a.log_offset,
+                           shuffle=not a.no_shuffle, seed=a.seed, max_malformed_fraction=a.max_malformed_fraction,
+                           broadcast_max_rows=a.broadcast_max_rows, conversion_batch_rows=a.conversion_batch_rows,
+                           keep_work=a.keep_work, spark=spark)
+    config.validate()
+    return config
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = parse_config(argv)
+        from preproc_spark3.pipeline import run  # imported late: flag errors need no Spark / data layer
+
+        result = run(config)
+    except (PreprocessError, DataError) as e:  # bad input / settings: a clear message, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"dataset written to {result.out_dir}: rows {result.rows}, cardinalities {result.cardinalities}; "
+          f"{result.malformed.describe()}")
+    return 0

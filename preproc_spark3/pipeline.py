@@ -1,0 +1,150 @@
+"""The whole job: raw day files -> quarantine + dictionary + parquet -> split-binary dataset.
+
+Output directory:
+  feature_spec.yaml            written last (atomically): its presence means the dataset is complete
+  train/ test/ validation/     split-binary files (label.bin, numerical.bin, cat_<i>.bin)
+  parquet/split=<name>/        the transformed rows (kept; the binary files are made from them)
+  dictionary/feature=<i>/      value -> id per feature (value, count, id), C1 is feature 0
+  quarantine.jsonl             malformed lines with source file and line number
+  preprocess_report.json       settings, line counts, malformed summary, cardinalities, rows, stage times
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
+from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig
+from preproc_spark3.dictionary import build_dictionary, cardinalities
+from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
+from preproc_spark3.raw_input import find_day_files, read_numbered_lines
+from preproc_spark3.session import start_session
+from preproc_spark3.to_binary import convert_split
+from preproc_spark3.transform import test_lines, transform, write_parquet
+from preproc_spark3.validate import parse_lines
+
+log = logging.getLogger("preproc_spark3")
+REPORT_FILE = "preprocess_report.json"
+
+
+@dataclass
+class PreprocessResult:
+    out_dir: str
+    lines_per_day: dict[int, int]
+    malformed: MalformedSummary
+    cardinalities: list[int] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"out_dir": self.out_dir, "lines_per_day": {str(k): v for k, v in self.lines_per_day.items()},
+                "malformed": self.malformed.to_dict(), "cardinalities": self.cardinalities, "rows": self.rows,
+                "stage_seconds": self.stage_seconds}
+
+
+@contextmanager
+def _stage(name: str, seconds: dict[str, float]):
+    """Log a stage and record its wall time in `seconds` (the report and the benchmark read them)."""
+    log.info("stage %s ...", name)
+    start = time.perf_counter()
+    yield
+    seconds[name] = round(time.perf_counter() - start, 3)
+    log.info("stage %s done in %.1f s", name, seconds[name])
+
+
+def run(config: PreprocConfig, spark=None) -> PreprocessResult:
+    """Run every stage; uses `spark` if given (tests share one session), else starts and stops one."""
+    config.validate()
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec_path = out / SPEC_FILE_NAME
+    if spec_path.exists():
+        spec_path.unlink()  # a failed rerun must not leave an old, complete-looking dataset behind
+    day_files = find_day_files(config.raw_dir, config.all_days)
+    own_session = spark is None
+    if own_session:
+        spark = start_session(config.spark)
+    try:
+        return _run_stages(spark, config, out, day_files)
+    finally:
+        if own_session:
+            spark.stop()
+
+
+def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> PreprocessResult:
+    from pyspark.sql import functions as F
+
+    seconds: dict[str, float] = {}
+    work = out / "_work"
+    parsed_path = str(work / "parsed")
+
+    with _stage("parse", seconds):
+        numbered = read_numbered_lines(spark, day_files)
+        parse_lines(numbered.frame).write.mode("overwrite").partitionBy("day").parquet(parsed_path)
+        parsed = spark.read.parquet(parsed_path)
+    total_lines = sum(numbered.lines_per_day.values())
+    with _stage("quarantine", seconds):
+        malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
+    result = PreprocessResult(str(out), numbered.lines_per_day, malformed, stage_seconds=seconds)
+    log.info("%s", malformed.describe())
+    try:
+        check_malformed_fraction(malformed, config.max_malformed_fraction)
+    except Exception:
+        _write_report(out, config, result)
+        raise
+
+    good = parsed.filter(F.col("reason").isNull())
+    with _stage("dictionary", seconds):
+        vocabulary_rows = good.filter(F.col("day").isin(list(config.dictionary_days)))
+        build_dictionary(vocabulary_rows, config.thresholds).write.mode("overwrite").partitionBy("feature") \
+            .parquet(str(out / "dictionary"))
+        dictionary = spark.read.parquet(str(out / "dictionary"))
+        result.cardinalities = cardinalities(dictionary)
+    with _stage("transform", seconds):
+        frame = transform(good, dictionary, result.cardinalities, config, numbered.lines_per_day[config.eval_day])
+        write_parquet(frame, str(out / "parquet"))
+    with _stage("to_binary", seconds):
+        spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
+        for split in SPLITS:
+            result.rows[split] = convert_split(out / "parquet" / f"split={split}", str(out), spec, split,
+                                               config.conversion_batch_rows)
+        spec.metadata.update(_spec_metadata(config, result))
+        spec.save(str(out))
+    if not config.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    _write_report(out, config, result)
+    return result
+
+
+def _spec_metadata(config: PreprocConfig, result: PreprocessResult) -> dict:
+    eval_lines = result.lines_per_day[config.eval_day]
+    return {
+        "num_rows": dict(result.rows),
+        "source": "criteo_1tb_raw",
+        "preprocessing": {
+            "tool": "preproc_spark3",
+            "frequency_thresholds": dict(zip(CATEGORICAL_COLUMNS, config.thresholds)),
+            "train_days": list(config.train_days),
+            "eval_day": config.eval_day,
+            "dictionary_days": list(config.dictionary_days),
+            "test": f"day {config.eval_day} lines 1..{test_lines(eval_lines)} (first half)",
+            "validation": f"day {config.eval_day} lines {test_lines(eval_lines) + 1}..{eval_lines} (second half)",
+            "numerical_transform": f"log(max(x, 0) + {config.log_offset:g}), missing -> 0",
+            "shuffle": {"enabled": config.shuffle, "seed": config.seed},
+            "malformed_lines": result.malformed.malformed_lines,
+            "eval_mapping": TEST,
+        },
+    }
+
+
+def _write_report(out: Path, config: PreprocConfig, result: PreprocessResult) -> None:
+    report = {"config": asdict(config), **result.to_dict()}
+    tmp = out / f"{REPORT_FILE}.tmp.{os.getpid()}"
+    tmp.write_text(json.dumps(report, indent=2, sort_keys=True))
+    os.replace(tmp, out / REPORT_FILE)

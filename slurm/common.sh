@@ -1,0 +1,70 @@
+# shellcheck shell=bash
+# Shared by dlrm_multinode.sbatch and run_single_node.sh (sourced, not run): environment defaults for
+# Horovod / NCCL / Gloo / Open MPI, the per-job directory, and the one trainer command both launchers
+# start on every rank. Every default below can be overridden by exporting the variable beforehand.
+#
+# Inputs (environment):
+#   DLRM_ROOT              project checkout holding main.py (required; the launchers set it)
+#   DLRM_PYTHON            interpreter (default: $DLRM_ROOT/.venv/bin/python if present, else python3)
+#   DLRM_DATASET           split-binary dataset directory; empty = the trainer's synthetic dataset
+#   DLRM_JOB_DIR           per-job directory: metrics (run dir), logs/, checkpoints/ (launchers set it)
+#   DLRM_CHECKPOINT_EVERY  steps between checkpoints (default 1000); what a requeued job loses at most
+
+dlrm_env_defaults() {
+  # --- Horovod: a rank that never joins a collective fails the job after a few minutes instead of
+  # burning the whole allocation (the stall check warns, the shutdown aborts).
+  export HOROVOD_STALL_CHECK_TIME_SECONDS="${HOROVOD_STALL_CHECK_TIME_SECONDS:-60}"
+  export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-300}"
+  # --- NCCL (GPU collectives): warnings only; NCCL_DEBUG=INFO prints the chosen transports/rings.
+  # If NCCL picks the wrong network interface (docker0, lo), set NCCL_SOCKET_IFNAME=ib0 or eth0.
+  export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
+  # --- Gloo (horovodrun --gloo, CPU collectives): same interface rule; unset = Horovod's choice.
+  # export HOROVOD_GLOO_IFACE=eth0
+  # --- Open MPI (Horovod's controller under srun/mpirun): the openib BTL is deprecated in Open MPI 4
+  # and only prints warnings next to UCX on InfiniBand nodes. On the two fake nodes of the test
+  # cluster (two slurmd on one host) shared memory between "nodes" crashes: the tests export
+  # OMPI_MCA_btl=self,tcp, which this default leaves alone.
+  export OMPI_MCA_btl="${OMPI_MCA_btl:-^openib}"
+  # --- Threads: one process per GPU; CPU-side math gets the CPUs Slurm gave the task.
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
+  export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
+  export PYTHONUNBUFFERED=1
+  # GPU pinning is not done here: dlrm/dist.py makes each rank see the GPU of its local rank
+  # (from OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID), so every task can see all GPUs of its node.
+}
+
+dlrm_resolve_python() {
+  if [ -n "${DLRM_PYTHON:-}" ]; then
+    return
+  fi
+  if [ -x "$DLRM_ROOT/.venv/bin/python" ]; then
+    DLRM_PYTHON="$DLRM_ROOT/.venv/bin/python"
+  else
+    DLRM_PYTHON=python3
+  fi
+  export DLRM_PYTHON
+}
+
+# dlrm_trainer_command [extra trainer flags...]: fills the array DLRM_CMD with the command every rank
+# runs. Metrics go to $DLRM_JOB_DIR, checkpoints to $DLRM_JOB_DIR/checkpoints. A requeued or
+# resubmitted job finds its checkpoints there and the trainer resumes from them by itself (a run
+# whose --save_checkpoint_path holds a complete checkpoint continues from it): no second mechanism.
+dlrm_trainer_command() {
+  if [ ! -f "$DLRM_ROOT/main.py" ]; then
+    echo "error: $DLRM_ROOT/main.py not found; set DLRM_ROOT to the project checkout" >&2
+    return 2
+  fi
+  local ckpt="$DLRM_JOB_DIR/checkpoints"
+  mkdir -p "$DLRM_JOB_DIR/logs" "$ckpt"
+  DLRM_CMD=("$DLRM_PYTHON" "$DLRM_ROOT/main.py"
+            --run_dir "$DLRM_JOB_DIR"
+            --save_checkpoint_path "$ckpt"
+            --checkpoint_every "${DLRM_CHECKPOINT_EVERY:-1000}")
+  if [ -n "${DLRM_DATASET:-}" ]; then
+    DLRM_CMD+=(--dataset_path "$DLRM_DATASET")
+  fi
+  if [ -s "$ckpt/latest" ]; then
+    echo "the trainer resumes from $ckpt/$(cat "$ckpt/latest")"
+  fi
+  DLRM_CMD+=("$@")
+}

@@ -1,0 +1,133 @@
+"""Split-binary writer and reader: bit-exact round trip, file layout, streaming, atomic publish."""
+import os
+
+import numpy as np
+import pytest
+
+from dlrm.data.binary import BatchReader, SplitBinaryWriter, write_split_binary
+from dlrm.data.feature_spec import FeatureSpec
+
+# 26 tables covering every stored id width: int8 (<= 128), int16 (<= 32768), int32.
+CARDS = [3, 128, 129, 40000, 5, 1000, 70000, 2, 32768, 32769, 11, 60, 4, 300, 17, 100,
+         4, 900, 15, 2000, 250, 7000, 300, 650, 90, 35]
+
+
+def random_rows(n, cards=CARDS, seed=0, num_numerical=13):
+    """Random rows that exercise the edges: ids 0 and cardinality-1, float16 subnormals, -0, max."""
+    rng = np.random.default_rng(seed)
+    label = rng.random(n) < 0.3
+    numerical = rng.normal(0.0, 3.0, size=(n, num_numerical)).astype(np.float16)
+    specials = np.array([0.0, -0.0, 6e-8, -6e-8, 1e-5, 65504.0, -65504.0, 0.5], dtype=np.float16)
+    numerical.flat[: min(specials.size, numerical.size)] = specials[: numerical.size]
+    categorical = np.stack([rng.integers(0, c, n) for c in cards], axis=1).astype(np.int64)
+    if n >= 2:
+        categorical[0] = 0
+        categorical[1] = np.asarray(cards) - 1
+    return label, numerical, categorical
+
+
+def make_dataset(root, n_rows, cards=CARDS, mappings=("train",), seed=0, num_numerical=13):
+    """Write a dataset under `root`; returns (loaded spec, {mapping: (label, numerical, categorical)})."""
+    spec = FeatureSpec.criteo_like(cards, num_numerical, mappings=mappings)
+    data = {}
+    for k, mapping in enumerate(mappings):
+        rows = n_rows[k] if isinstance(n_rows, (list, tuple)) else n_rows
+        data[mapping] = random_rows(rows, cards, seed + k, num_numerical)
+        write_split_binary(str(root), spec, mapping, *data[mapping])
+    spec.metadata["num_rows"] = {m: int(data[m][0].shape[0]) for m in mappings}
+    spec.save(str(root))
+    return FeatureSpec.load(str(root)), data
+
+
+def read_all(reader):
+    batches = list(reader)
+    return (np.concatenate([b.label for b in batches]), np.concatenate([b.numerical for b in batches]),
+            np.concatenate([b.categorical for b in batches]))
+
+
+def test_round_trip_is_bit_exact(tmp_path):
+    spec, data = make_dataset(tmp_path, 1000)
+    label, numerical, categorical = data["train"]
+    reader = BatchReader(spec, "train", global_batch_size=300)
+    got_label, got_numerical, got_categorical = read_all(reader)
+    assert got_label.dtype == np.float32 and got_numerical.dtype == np.float32
+    assert got_categorical.dtype == np.int32 and got_categorical.flags.c_contiguous
+    assert got_numerical.shape == (1000, 13) and got_categorical.shape == (1000, 26)
+    np.testing.assert_array_equal(got_label, label.astype(np.float32))
+    # float16 -> float32 is exact: compare bit patterns (covers -0.0 and subnormals).
+    np.testing.assert_array_equal(got_numerical.view(np.uint32), numerical.astype(np.float32).view(np.uint32))
+    np.testing.assert_array_equal(got_categorical, categorical)
+
+
+def test_every_float16_value_decodes_exactly(tmp_path):
+    halves = np.arange(65536, dtype=np.uint16).view(np.float16)
+    finite = halves[np.isfinite(halves)]
+    n = finite.size // 13
+    numerical = finite[: n * 13].reshape(n, 13)
+    spec = FeatureSpec.criteo_like([2], 13, mappings=["train"])
+    write_split_binary(str(tmp_path), spec, "train", np.zeros(n, bool), numerical, np.zeros((n, 1), np.int64))
+    spec.save(str(tmp_path))
+    batch = BatchReader(FeatureSpec.load(str(tmp_path)), "train", n, prefetch=0).read_batch(0)
+    np.testing.assert_array_equal(batch.numerical.view(np.uint32), numerical.astype(np.float32).view(np.uint32))
+
+
+def test_file_layout_and_sizes(tmp_path):
+    spec, _ = make_dataset(tmp_path, 77)
+    train = tmp_path / "train"
+    assert os.path.getsize(train / "label.bin") == 77
+    assert os.path.getsize(train / "numerical.bin") == 77 * 13 * 2
+    for i, card in enumerate(CARDS):
+        width = 1 if card <= 128 else 2 if card <= 32768 else 4
+        assert os.path.getsize(train / f"cat_{i}.bin") == 77 * width, (i, card)
+        assert spec.dtype(f"cat_{i}").itemsize == width
+    # row-major float16: row r, column c at (r*13 + c)*2
+    label, numerical, categorical = random_rows(77)
+    raw = np.fromfile(train / "numerical.bin", dtype=np.float16).reshape(77, 13)
+    np.testing.assert_array_equal(raw.view(np.uint16), numerical.view(np.uint16))
+    np.testing.assert_array_equal(np.fromfile(train / "cat_3.bin", dtype=np.int32), categorical[:, 3])
+    np.testing.assert_array_equal(np.fromfile(train / "label.bin", dtype=np.bool_), label)
+
+
+def test_streaming_chunks_equal_one_write(tmp_path):
+    label, numerical, categorical = random_rows(500, seed=3)
+    spec = FeatureSpec.criteo_like(CARDS, mappings=["train"])
+    write_split_binary(str(tmp_path / "one"), spec, "train", label, numerical, categorical)
+    with SplitBinaryWriter(str(tmp_path / "many"), spec, "train") as writer:
+        for start in range(0, 500, 64):
+            rows = slice(start, start + 64)
+            columns = [categorical[rows, j].astype(np.int32) for j in range(len(CARDS))]  # column form
+            writer.write(label[rows].astype(np.int8), numerical[rows].astype(np.float64), columns)
+    assert writer.rows_written == 500
+    for name in os.listdir(tmp_path / "one" / "train"):
+        assert (tmp_path / "one" / "train" / name).read_bytes() == (tmp_path / "many" / "train" / name).read_bytes()
+
+
+def test_writer_publishes_only_on_close(tmp_path):
+    spec = FeatureSpec.criteo_like(CARDS, mappings=["train"])
+    label, numerical, categorical = random_rows(10)
+    writer = SplitBinaryWriter(str(tmp_path), spec, "train")
+    writer.write(label, numerical, categorical)
+    assert not (tmp_path / "train" / "label.bin").exists()
+    assert (tmp_path / "train" / "label.bin.partial").exists()
+    assert writer.close() == 10
+    assert (tmp_path / "train" / "label.bin").exists()
+    assert not list((tmp_path / "train").glob("*.partial"))
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.write(label, numerical, categorical)
+
+
+def test_writer_aborts_on_exception(tmp_path):
+    spec = FeatureSpec.criteo_like(CARDS, mappings=["train"])
+    label, numerical, categorical = random_rows(10)
+    with pytest.raises(KeyboardInterrupt):
+        with SplitBinaryWriter(str(tmp_path), spec, "train") as writer:
+            writer.write(label, numerical, categorical)
+            raise KeyboardInterrupt
+    assert list((tmp_path / "train").iterdir()) == []
+
+
+def test_empty_mapping_reads_as_zero_batches(tmp_path):
+    spec, _ = make_dataset(tmp_path, [0, 5], mappings=("train", "test"))
+    reader = BatchReader(spec, "train", 4)
+    assert len(reader) == 0 and list(reader) == [] and reader.rows_skipped == 0
+    assert len(BatchReader(spec, "test", 4)) == 2

@@ -1,0 +1,167 @@
+"""Checkpoint layout, round trip, re-slicing on restore, atomicity and refusal of mismatched models."""
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dlrm.embedding.base import TablePiece
+from dlrm.train import checkpoint as ckpt
+from dlrm.train.checkpoint import SINGLE_PROCESS, CheckpointError
+
+SHAPE = {"table_sizes": [10, 7], "embedding_dim": 4}
+
+
+def _tables(seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((10, 4)).astype(np.float32), rng.standard_normal((7, 4)).astype(np.float32)]
+
+
+def _pieces(arrays_by_slot, layout):
+    """Variables for `layout` (list of TablePiece) cut out of full tables, one per slot."""
+    out = []
+    for piece in layout:
+        slots = {slot: tf.Variable(tables[piece.table][piece.row_start:piece.row_end, piece.col_start:piece.col_end])
+                 for slot, tables in arrays_by_slot.items()}
+        out.append((piece, slots))
+    return out
+
+
+def _zero_pieces(slots, layout):
+    return [(piece, {slot: tf.Variable(np.zeros(piece.shape, np.float32)) for slot in slots}) for piece in layout]
+
+
+WHOLE = [TablePiece(0, 0, 10, 0, 4), TablePiece(1, 0, 7, 0, 4)]
+SLICED = [TablePiece(0, 0, 3, 0, 2), TablePiece(0, 0, 3, 2, 4), TablePiece(0, 3, 10, 0, 4),
+          TablePiece(1, 0, 4, 0, 4), TablePiece(1, 4, 7, 0, 4)]
+OTHER = [TablePiece(0, 0, 5, 0, 4), TablePiece(0, 5, 10, 0, 1), TablePiece(0, 5, 10, 1, 4),
+         TablePiece(1, 0, 7, 0, 3), TablePiece(1, 0, 7, 3, 4)]
+
+
+def _dense(seed):
+    rng = np.random.default_rng(seed)
+    return {"d000_kernel": tf.Variable(rng.standard_normal((3, 5)).astype(np.float32)),
+            "d000_kernel.m": tf.Variable(rng.standard_normal((3, 5)).astype(np.float32)),
+            "optimizer_iterations": tf.Variable(np.int64(17))}
+
+
+def _save(root, step, dense, pieces, keep=3, **meta):
+    meta = dict({"model_shape": SHAPE, "reader": {"epoch": 0, "batch": step}}, **meta)
+    return ckpt.save_checkpoint(root, step, dense, pieces, meta, keep=keep, comm=SINGLE_PROCESS)
+
+
+def test_round_trip_restores_everything(tmp_path):
+    values, accum = _tables(1), _tables(2)
+    dense = _dense(3)
+    path = _save(str(tmp_path), 100, dense, _pieces({"value": values, "accumulator": accum}, WHOLE),
+                 reader={"epoch": 1, "batch": 42}, seed=5)
+    assert open(tmp_path / "latest").read().strip() == "step_00000100"
+    assert os.path.isfile(tmp_path / "step_00000100/embedding/t1/accumulator/r0-7_c0-4.npy")
+
+    fresh_dense = {k: tf.Variable(tf.zeros_like(v)) for k, v in dense.items()}
+    fresh = _zero_pieces(["value", "accumulator"], WHOLE)
+    meta = ckpt.restore_checkpoint(ckpt.find_checkpoint(str(tmp_path)), fresh_dense, fresh, model_shape=SHAPE)
+    assert ckpt.find_checkpoint(str(tmp_path)) == path
+    assert (meta["step"], meta["reader"], meta["seed"]) == (100, {"epoch": 1, "batch": 42}, 5)
+    for key in dense:
+        np.testing.assert_array_equal(fresh_dense[key].numpy(), dense[key].numpy())
+    for piece, slots in fresh:
+        np.testing.assert_array_equal(slots["value"].numpy(), values[piece.table])
+        np.testing.assert_array_equal(slots["accumulator"].numpy(), accum[piece.table])
+
+
+@pytest.mark.parametrize("saved_layout, restored_layout", [(WHOLE, SLICED), (SLICED, WHOLE), (SLICED, OTHER)])
+def test_restore_reslices_pieces_for_another_plan(tmp_path, saved_layout, restored_layout):
+    values = _tables(4)
+    _save(str(tmp_path), 1, {}, _pieces({"value": values}, saved_layout))
+    fresh = _zero_pieces(["value"], restored_layout)
+    ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh)
+    for piece, slots in fresh:
+        expected = values[piece.table][piece.row_start:piece.row_end, piece.col_start:piece.col_end]
+        np.testing.assert_array_equal(slots["value"].numpy(), expected)
+
+
+def test_read_region_refuses_an_uncovered_region(tmp_path):
+    values = _tables(5)
+    _save(str(tmp_path), 1, {}, _pieces({"value": values}, SLICED))
+    os.remove(tmp_path / "step_00000001/embedding/t1/value/r4-7_c0-4.npy")
+    with pytest.raises(CheckpointError, match="cover 16 of the 28 cells"):
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE))
+
+
+def test_leftover_tmp_dir_and_torn_latest_are_never_loaded(tmp_path):
+    root = str(tmp_path)
+    _save(root, 10, _dense(1), _pieces({"value": _tables(1)}, WHOLE))
+    # a later save killed half way: its directory still has the .tmp suffix (even with a meta.json)
+    os.makedirs(tmp_path / "step_00000020.tmp/dense")
+    (tmp_path / "step_00000020.tmp/meta.json").write_text("{}")
+    assert ckpt.find_checkpoint(root).endswith("step_00000010")
+    for torn in ["", "step_000", "step_00000020", "step_00000020.tmp", "../../etc"]:
+        (tmp_path / "latest").write_text(torn)
+        assert ckpt.find_checkpoint(root).endswith("step_00000010"), torn
+    (tmp_path / "latest").unlink()
+    assert ckpt.find_checkpoint(root).endswith("step_00000010")
+    assert ckpt.find_checkpoint(str(tmp_path / "step_00000020.tmp")) is None
+    # the next save of that step clears the leftover and completes normally
+    _save(root, 20, _dense(2), _pieces({"value": _tables(2)}, WHOLE))
+    assert ckpt.find_checkpoint(root).endswith("step_00000020")
+    assert not os.path.exists(tmp_path / "step_00000020.tmp")
+
+
+def test_failure_while_writing_leaves_previous_checkpoint_current(tmp_path):
+    root = str(tmp_path)
+    first = _tables(1)
+    _save(root, 10, {}, _pieces({"value": first}, WHOLE))
+
+    class Exploding:
+        shape = (7, 4)
+
+        def numpy(self):
+            raise OSError("disk full")
+
+    broken = _pieces({"value": _tables(2)}, WHOLE[:1]) + [(WHOLE[1], {"value": Exploding()})]
+    with pytest.raises(OSError, match="disk full"):
+        _save(root, 20, {}, broken)
+    assert open(tmp_path / "latest").read().strip() == "step_00000010"
+    assert ckpt.complete_checkpoints(root) == ["step_00000010"]
+    fresh = _zero_pieces(["value"], WHOLE)
+    ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, fresh)
+    np.testing.assert_array_equal(fresh[0][1]["value"].numpy(), first[0])
+
+
+def test_keeps_only_the_last_k(tmp_path):
+    for step in (1, 2, 3, 4, 5):
+        _save(str(tmp_path), step, {}, _pieces({"value": _tables(step)}, WHOLE), keep=2)
+    assert ckpt.complete_checkpoints(str(tmp_path)) == ["step_00000004", "step_00000005"]
+
+
+def test_refuses_a_checkpoint_for_another_model(tmp_path):
+    _save(str(tmp_path), 1, _dense(1), _pieces({"value": _tables(1)}, WHOLE))
+    path = ckpt.find_checkpoint(str(tmp_path))
+    other_shape = {"table_sizes": [10, 8], "embedding_dim": 4}
+    with pytest.raises(CheckpointError, match=r"table_sizes is \[10, 7\] there and \[10, 8\] here"):
+        ckpt.restore_checkpoint(path, _dense(1), _zero_pieces(["value"], WHOLE), model_shape=other_shape)
+    wrong_dense = dict(_dense(1), d000_kernel=tf.Variable(np.zeros((3, 6), np.float32)))
+    with pytest.raises(CheckpointError, match="'d000_kernel' has shape"):
+        ckpt.restore_checkpoint(path, wrong_dense, _zero_pieces(["value"], WHOLE), model_shape=SHAPE)
+    with pytest.raises(CheckpointError, match="no slot 'accumulator'"):
+        ckpt.restore_checkpoint(path, _dense(1), _zero_pieces(["value", "accumulator"], WHOLE))
+    # evaluation asks for weights only: the optimizer slot in the checkpoint is not an error then
+    ckpt.restore_checkpoint(path, {"d000_kernel": tf.Variable(np.zeros((3, 5), np.float32))},
+                            _zero_pieces(["value"], WHOLE), strict=False)
+
+
+def test_pickled_arrays_are_refused(tmp_path):
+    _save(str(tmp_path), 1, {}, _pieces({"value": _tables(1)}, WHOLE))
+    target = tmp_path / "step_00000001/embedding/t0/value/r0-10_c0-4.npy"
+    np.save(target, np.array([{"evil": 1}] * 10, dtype=object).reshape(10, 1), allow_pickle=True)
+    with pytest.raises(CheckpointError, match="r0-10_c0-4.npy: not a plain numeric .npy array"):
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE))
+
+
+def test_meta_is_plain_json(tmp_path):
+    path = _save(str(tmp_path), 3, _dense(1), _pieces({"value": _tables(1)}, WHOLE))
+    meta = json.loads(open(os.path.join(path, "meta.json")).read())
+    assert meta["dense_shapes"] == {"d000_kernel": [3, 5], "d000_kernel.m": [3, 5], "optimizer_iterations": []}
+    assert meta["model_shape"] == SHAPE and meta["step"] == 3

@@ -1,0 +1,108 @@
+"""Per-rank slicing: every row exactly once for world sizes 1..4, partial-batch rules, resume."""
+import threading
+
+import numpy as np
+import pytest
+
+from dlrm.data.binary import BatchReader, rank_slice
+from test_binary_io import make_dataset
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("slicing"), 103)
+
+
+def rows_seen(spec, world_size, global_batch, partial_batch="keep", start_batch=0):
+    """{rank: list of (batch index, first row, labels, ids)} for every rank, plus each reader."""
+    seen, readers = {}, []
+    for rank in range(world_size):
+        reader = BatchReader(spec, "train", global_batch, rank=rank, world_size=world_size,
+                             partial_batch=partial_batch, start_batch=start_batch)
+        readers.append(reader)
+        seen[rank] = list(reader)
+    return seen, readers
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("global_batch", [8, 10, 103, 200])
+def test_every_row_exactly_once(dataset, world_size, global_batch):
+    spec, data = dataset
+    _, _, categorical = data["train"]
+    seen, readers = rows_seen(spec, world_size, global_batch)
+    num_batches = -(-103 // global_batch)
+    assert all(len(r) == num_batches for r in readers)
+    covered = []
+    for index in range(num_batches):
+        batch_rows = min(global_batch, 103 - index * global_batch)
+        sizes = []
+        for rank in range(world_size):
+            batch = seen[rank][index]
+            assert batch.index == index and batch.global_rows == batch_rows
+            n = batch.label.shape[0]
+            sizes.append(n)
+            rows = np.arange(batch.first_row, batch.first_row + n)
+            np.testing.assert_array_equal(batch.categorical, categorical[rows])  # contiguous slice, right rows
+            covered.extend(rows.tolist())
+        assert sum(sizes) == batch_rows and max(sizes) - min(sizes) <= 1  # as even as possible
+        assert sizes == sorted(sizes, reverse=True)  # ranks in order: rank 0's slice first
+    assert sorted(covered) == list(range(103)) and len(covered) == 103
+
+
+def test_a_rank_may_get_no_rows():
+    assert [rank_slice(2, r, 4) for r in range(4)] == [(0, 1), (1, 2), (2, 2), (2, 2)]
+    assert [rank_slice(10, r, 3) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
+
+
+def test_partial_batch_keep_and_drop(dataset):
+    spec, _ = dataset
+    keep = BatchReader(spec, "train", 10, partial_batch="keep")
+    drop = BatchReader(spec, "train", 10, partial_batch="drop")
+    assert (len(keep), keep.rows_skipped) == (11, 0)
+    assert (len(drop), drop.rows_skipped) == (10, 3)
+    assert [b.label.size for b in keep][-1] == 3
+    dropped = list(drop)
+    assert all(b.label.size == 10 for b in dropped) and len(dropped) == 10
+    exact = BatchReader(spec, "train", 103, partial_batch="drop")
+    assert (len(exact), exact.rows_skipped) == (1, 0)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_start_batch_resumes_with_the_remaining_rows(dataset, world_size):
+    spec, _ = dataset
+    seen, readers = rows_seen(spec, world_size, 8, start_batch=5)
+    covered = sorted(r for rank in seen for b in seen[rank] for r in range(b.first_row, b.first_row + b.label.size))
+    assert covered == list(range(40, 103))
+    assert [b.index for b in seen[0]] == list(range(5, 13))
+    # the next epoch (second iteration of the same reader) starts at batch 0
+    assert [b.index for b in readers[0]][0] == 0
+
+
+def test_prefetch_threads_preserve_order(dataset):
+    spec, _ = dataset
+    inline = list(BatchReader(spec, "train", 7, prefetch=0))
+    threaded = list(BatchReader(spec, "train", 7, prefetch=5, threads=3))
+    assert [b.index for b in threaded] == list(range(15))
+    for a, b in zip(inline, threaded):
+        np.testing.assert_array_equal(a.categorical, b.categorical)
+        np.testing.assert_array_equal(a.numerical, b.numerical)
+
+
+def test_stopping_early_stops_the_prefetch_threads(dataset):
+    spec, _ = dataset
+    before = threading.active_count()
+    iterator = BatchReader(spec, "train", 4, prefetch=2, threads=2).iter_from(0)
+    next(iterator)
+    assert threading.active_count() >= before + 1
+    iterator.close()
+    assert threading.active_count() == before
+
+
+def test_argument_checks(dataset):
+    spec, _ = dataset
+    for kwargs, message in [({"rank": 2, "world_size": 2}, "rank"), ({"partial_batch": "pad"}, "partial_batch"),
+                            ({"start_batch": 12}, "start_batch"), ({"prefetch": -1}, "prefetch")]:
+        with pytest.raises(ValueError, match=message):
+            BatchReader(spec, "train", 10, **kwargs)
+    with pytest.raises(ValueError, match="global_batch_size"):
+        BatchReader(spec, "train", 0)

@@ -1,0 +1,151 @@
+"""The training loop end to end in one process: archs x optimizers, logs, modes, NaN stop, exact loss."""
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dlrm.cli import parse_config
+from dlrm.train import checkpoint, trainer
+from dlrm.train.metrics_log import MetricsLog, read_metrics
+
+# A small model on a small synthetic dataset: a few seconds per run on 2 cores.
+SMALL = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--global_batch_size", "512",
+         "--valid_batch_size", "1024", "--embedding_dim", "8", "--bottom_mlp_dims", "16-8",
+         "--top_mlp_dims", "16-1", "--dcn_low_rank_dim", "8", "--dcn_num_layers", "2", "--log_every", "2",
+         "--intra_op_threads", "2", "--warmup_steps", "2", "--decay_start_step", "4", "--decay_steps", "4"]
+
+
+@pytest.fixture(scope="module")
+def synthetic_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("data") / "synthetic")
+
+
+def _run(synthetic_dir, tmp_path, *flags):
+    config = parse_config(["--synthetic_dir", synthetic_dir, "--run_dir", str(tmp_path / "run")] + SMALL + list(flags))
+    return trainer.run(config)
+
+
+@pytest.mark.parametrize("arch, optimizer, lr", [("dlrm", "sgd", "0.5"), ("dlrm", "adagrad", "0.05"),
+                                                  ("dcnv2", "adam", "0.01")])
+def test_few_steps_train_evaluate_log_and_checkpoint(synthetic_dir, tmp_path, arch, optimizer, lr):
+    result = _run(synthetic_dir, tmp_path, "--arch", arch, "--optimizer", optimizer, "--learning_rate", lr,
+                  "--max_steps", "6", "--eval_every", "3", "--checkpoint_every", "4",
+                  "--save_checkpoint_path", str(tmp_path / "ckpt"))
+    assert result.step == 6 and 0.0 <= result.auc <= 1.0 and math.isfinite(result.logloss)
+    assert 0.5 < result.bayes_auc <= 1.0
+
+    records = read_metrics(str(tmp_path / "run/metrics.jsonl"))
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in train] == [2, 4, 6]
+    assert all(math.isfinite(r["loss"]) and r["samples_per_sec"] > 0 and r["lr"] >= 0 for r in train)
+    assert [r["step"] for r in evals] == [3, 6] and evals[-1]["auc"] == result.auc
+    assert evals[-1]["bayes_auc"] == result.bayes_auc
+    assert os.path.getsize(tmp_path / "run/metrics.png") > 1000
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run/tensorboard"))
+
+    assert checkpoint.complete_checkpoints(str(tmp_path / "ckpt")) == ["step_00000004", "step_00000006"]
+    meta = checkpoint.read_meta(result.checkpoint)
+    assert meta["step"] == 6 and meta["reader"]["batch"] == 6 % meta["reader"]["steps_per_epoch"]
+    assert meta["model_shape"]["arch"] == arch and meta["optimizer"]["name"] == optimizer
+    slots = set(os.listdir(os.path.join(result.checkpoint, "embedding", "t0")))
+    assert slots == {"sgd": set(), "adagrad": {"accumulator"}, "adam": {"m", "v"}}[optimizer] | {"value"}
+
+
+def test_eval_and_inference_benchmark_modes(synthetic_dir, tmp_path):
+    ckpt_dir = str(tmp_path / "ckpt")
+    trained = _run(synthetic_dir, tmp_path, "--optimizer", "adagrad", "--learning_rate", "0.05",
+                   "--max_steps", "4", "--save_checkpoint_path", ckpt_dir)
+    evaluated = _run(synthetic_dir, tmp_path, "--optimizer", "adagrad", "--mode", "eval",
+                     "--restore_checkpoint_path", ckpt_dir)
+    assert evaluated.step == 4 and evaluated.auc == trained.auc and evaluated.logloss == trained.logloss
+
+    bench = _run(synthetic_dir, tmp_path, "--mode", "inference_benchmark", "--restore_checkpoint_path", ckpt_dir,
+                 "--benchmark_warmup_steps", "1", "--benchmark_steps", "3")
+    assert bench.samples_per_sec > 0 and bench.extra["timed_batches"] == 3 and bench.step == 4
+    records = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "inference_benchmark"]
+    assert records and records[-1]["samples_per_sec"] == bench.samples_per_sec
+
+    # a checkpoint of another model is refused with a clear message
+    with pytest.raises(checkpoint.CheckpointError, match="top_mlp is \\[16, 1\\] there and \\[32, 1\\] here"):
+        _run(synthetic_dir, tmp_path, "--mode", "eval", "--restore_checkpoint_path", ckpt_dir,
+             "--top_mlp_dims", "32-1")
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_path):
+    ckpt_dir = str(tmp_path / "ckpt")
+    with pytest.raises(trainer.NonFiniteLossError) as error:
+        # the warmup starts at lr 0 (good checkpoints), then an absurd learning rate blows the weights up
+        _run(synthetic_dir, tmp_path, "--optimizer", "sgd", "--learning_rate", "1e37", "--warmup_steps", "4",
+             "--decay_steps", "0", "--max_steps", "12", "--checkpoint_every", "1", "--keep_checkpoints", "20",
+             "--save_checkpoint_path", ckpt_dir)
+    message = str(error.value)
+    match = re.search(r"(?:loss is \S+|weights are NaN/inf) at step (\d+): stopped without writing a checkpoint; "
+                      r"last good checkpoint: (\S+)$", message)
+    assert match, message
+    failed_at, last_good = int(match.group(1)), match.group(2)
+    assert 1 < failed_at < 12
+    assert checkpoint.find_checkpoint(ckpt_dir) == last_good == os.path.join(ckpt_dir, f"step_{failed_at - 1:08d}")
+    assert checkpoint.complete_checkpoints(ckpt_dir)[-1] == f"step_{failed_at - 1:08d}"
+    for name in checkpoint.complete_checkpoints(ckpt_dir):  # nothing non-finite was ever written
+        assert all(np.isfinite(a).all() for a in _checkpoint_arrays(os.path.join(ckpt_dir, name)).values())
+    stopped = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "stopped"]
+    assert [r["step"] for r in stopped] == [failed_at]
+
+
+def test_loss_is_the_global_batch_mean_also_for_a_short_batch(synthetic_dir, tmp_path):
+    config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL + ["--optimizer", "sgd"])
+    trainer.configure_tensorflow(config.train)
+    parts = trainer.build_parts(config, trainer.prepare_dataset(config.data, MetricsLog("", enabled=False)),
+                                with_optimizer=True)
+    step = trainer.make_train_step(parts)
+    rng = np.random.default_rng(0)
+    for rows in (512, 37):  # a full and a short last batch: the loss is the mean over its rows
+        numerical = rng.random((rows, 13), dtype=np.float32)
+        categorical = np.zeros((rows, 26), np.int32)
+        labels = (rng.random(rows) < 0.5).astype(np.float32)
+        logits = parts.model(numerical, categorical).numpy()
+        expected = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels, logits)).numpy()
+        assert float(step(numerical, categorical, labels, np.float32(rows))) == pytest.approx(expected, rel=1e-6)
+    assert step.experimental_get_tracing_count() == 1  # no retrace for a new batch size
+
+
+def test_metrics_log_plain_lines_and_torn_file(tmp_path, capsys):
+    import io
+
+    stream = io.StringIO()
+    log = MetricsLog(str(tmp_path), use_tqdm=False, tensorboard=False, stream=stream)
+    log.start(10)
+    log.train(5, 0.5, 0.1, 1000.0, epoch=0.5)
+    log.eval(5, 0.75, 0.45, bayes_auc=0.8)
+    log.close(plot=False)
+    assert "step        5" in stream.getvalue() and "AUC 0.75000" in stream.getvalue()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "st')  # killed mid-line
+    log = MetricsLog(str(tmp_path), use_tqdm=False, tensorboard=False, stream=io.StringIO())
+    log.train(5, 0.25, 0.1, 1000.0, epoch=0.5)  # the resumed run repeats step 5
+    log.train(6, float("nan"), 0.1, 1000.0, epoch=0.6)
+    png = log.close()
+    records = read_metrics(str(tmp_path / "metrics.jsonl"))
+    assert [(r["kind"], r["step"], r["loss"] if "loss" in r else r["auc"]) for r in records] == \
+        [("eval", 5, 0.75), ("train", 5, 0.25), ("train", 6, "nan")]
+    assert png and os.path.getsize(png) > 1000
+    for line in open(tmp_path / "metrics.jsonl").read().splitlines()[:2]:
+        json.loads(line)
+    disabled = MetricsLog(str(tmp_path / "rank1"), enabled=False)
+    disabled.train(1, 1.0, 1.0, 1.0, epoch=0.0)
+    assert disabled.close() is None and not os.path.exists(tmp_path / "rank1")
+
+
+def _checkpoint_arrays(path):
+    arrays = {}
+    for directory, _, files in os.walk(path):
+        for name in files:
+            if name.endswith(".npy"):
+                full = os.path.join(directory, name)
+                arrays[os.path.relpath(full, path)] = np.load(full, allow_pickle=False)
+    return arrays
