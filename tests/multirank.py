@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 HOROVODRUN = str(Path(sys.executable).parent / "horovodrun")
@@ -104,6 +104,27 @@ def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 
     result_dir = result_dir or tempfile.mkdtemp(prefix="multirank_")
     started = time.monotonic()
     return finish(start_ranks(np, argv, mpi, env, result_dir), timeout, started, result_dir)
+
+
+def run_single(argv: Sequence[str], timeout: float = 240, env: Optional[Dict[str, str]] = None,
+               result_dir: Optional[str] = None) -> RankRun:
+    """Run `python argv...` as ONE process without a launcher (world size 1), same environment."""
+    result_dir = result_dir or tempfile.mkdtemp(prefix="singlerank_")
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=rank_env(env, result_dir),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    return finish(proc, timeout, started, result_dir)
+
+
+_MEMO: Dict[object, object] = {}
+
+
+def memoised(key, compute: Callable[[], object]):
+    """`compute()` once per pytest session: several tests (and test files) assert on one launch."""
+    if key not in _MEMO:
+        _MEMO[key] = compute()
+    return _MEMO[key]
 
 
 def write_rank_result(rank: int, result: dict) -> None:

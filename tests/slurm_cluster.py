@@ -43,8 +43,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def missing_binaries() -> list[str]:
-    return [name for name in REQUIRED_BINARIES if shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None]
+def missing_binaries() -> list:
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return [name for name in REQUIRED_BINARIES if shutil.which(name, path=path) is None]
 
 
 @dataclass
@@ -112,11 +113,11 @@ class SlurmCluster:
                 self.run(["scancel", "--full", "--user", str(os.getuid())], check=False, timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        for name in ("slurmd-n1", "slurmd-n2", "slurmctld", "munged"):
+        for name in (*(f"slurmd-{n}" for n in NODE_NAMES), "slurmctld", "munged"):
             proc = self.daemons.get(name)
             if proc is not None:
                 _terminate(proc)
-        _kill_pids(_pids_with_env("SLURM_CONF", str(self.conf)))
+        _kill_pids(pids_with_env("SLURM_CONF", str(self.conf)))
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -131,7 +132,7 @@ def _terminate(proc: subprocess.Popen, grace: float = 10) -> None:
         proc.wait(timeout=grace)
 
 
-def _pids_with_env(name: str, value: str) -> list[int]:
+def pids_with_env(name: str, value: str) -> list[int]:
     """PIDs of processes whose environment has name=value (ours: the private SLURM_CONF path)."""
     needle = f"{name}={value}".encode()
     found = []
@@ -227,49 +228,53 @@ PartitionName={PARTITION} Nodes={','.join(NODE_NAMES)} Default=YES MaxTime=INFIN
 def start_cluster(start_timeout: float = 60) -> SlurmCluster:
     """Start munged, slurmctld and two slurmd nodes; return once both nodes are idle."""
     root = Path(tempfile.mkdtemp(prefix="dlrm-slurm-"))
+    conf = root / "slurm.conf"
+    inherited = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMIX_", "PMI_", "OMPI_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(inherited)}
+    env["SLURM_CONF"] = str(conf)
+    env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
+    cluster = SlurmCluster(root=root, conf=conf, env=env)
+    try:
+        _write_files(root, conf)
+        munge_socket = root / "munge" / "munge.socket.2"
+        _spawn(cluster, "munged", [
+            "munged", "-F", "--force", f"--socket={munge_socket}", f"--key-file={root}/munge-key/munge.key",
+            f"--pid-file={root}/run/munged.pid", f"--log-file={root}/log/munged.log",
+            f"--seed-file={root}/munge-key/munged.seed",
+        ])
+        _wait_for(munge_socket.exists, 15, "munged socket", cluster)
+        _spawn(cluster, "slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)])
+        for name in NODE_NAMES:
+            _spawn(cluster, f"slurmd-{name}", ["slurmd", "-D", "-N", name, "-f", str(conf)])
+        _wait_for(lambda: _nodes_idle(cluster), start_timeout, "two idle nodes", cluster)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _write_files(root: Path, conf: Path) -> None:
+    """Directories, munge key (its directory 0700, the socket's 0755) and slurm.conf."""
     os.chmod(root, 0o755)
-    for sub in ("state", "run", "log", "munge", "munge-key", "spool/n1", "spool/n2", "tmpfs/n1", "tmpfs/n2"):
+    for sub in ("state", "run", "log", "munge", "munge-key", *(f"spool/{n}" for n in NODE_NAMES),
+                *(f"tmpfs/{n}" for n in NODE_NAMES)):
         (root / sub).mkdir(parents=True, exist_ok=True)
     os.chmod(root / "munge", 0o755)
     os.chmod(root / "munge-key", 0o700)
     key = root / "munge-key" / "munge.key"
     key.write_bytes(os.urandom(1024))
     os.chmod(key, 0o600)
-    munge_socket = root / "munge" / "munge.socket.2"
-    (root / "plugstack.conf").write_text("")
+    (root / "plugstack.conf").write_text("")  # not the system's /etc/slurm/plugstack.conf
     host = socket.gethostname().split(".")[0]
-    ports = {"ctld": _free_port(), "n1": _free_port(), "n2": _free_port()}
-    conf = root / "slurm.conf"
-    conf.write_text(_slurm_conf(root, host, munge_socket, ports))
+    ports = {"ctld": _free_port(), **{name: _free_port() for name in NODE_NAMES}}
+    conf.write_text(_slurm_conf(root, host, root / "munge" / "munge.socket.2", ports))
 
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMIX_", "OMPI_", "PMI_"))}
-    base_env["SLURM_CONF"] = str(conf)
-    base_env["PATH"] = base_env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
-    cluster = SlurmCluster(root=root, conf=conf, env=base_env)
 
-    def spawn(name: str, argv: list[str]) -> None:
-        log = open(root / "log" / f"{name}.stdout", "wb")
-        cluster.daemons[name] = subprocess.Popen(
-            argv, env=base_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
-
-    try:
-        spawn("munged", [
-            "munged", "-F", "--force", f"--socket={munge_socket}", f"--key-file={key}",
-            f"--pid-file={root}/run/munged.pid", f"--log-file={root}/log/munged.log",
-            f"--seed-file={root}/munge-key/munged.seed",
-        ])
-        _wait_for(lambda: munge_socket.exists(), 15, "munged socket", cluster)
-        spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(conf)])
-        for name in NODE_NAMES:
-            spawn(f"slurmd-{name}", ["slurmd", "-D", "-N", name, "-f", str(conf)])
-        _wait_for(lambda: _nodes_idle(cluster), start_timeout, "two idle nodes", cluster)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+def _spawn(cluster: SlurmCluster, name: str, argv: list) -> None:
+    """A daemon in the foreground, as our child (its own session: a Ctrl-C of pytest is not forwarded)."""
+    with open(cluster.root / "log" / f"{name}.stdout", "wb") as log:
+        cluster.daemons[name] = subprocess.Popen(argv, env=cluster.env, stdout=log, stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def _nodes_idle(cluster: SlurmCluster) -> bool:

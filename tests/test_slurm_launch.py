@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from multirank import RANK_ENV
-from slurm_cluster import _pids_with_env, is_running, slurm_cluster, start_cluster  # noqa: F401  (pytest fixture)
+from slurm_cluster import pids_with_env, is_running, slurm_cluster, start_cluster  # noqa: F401  (pytest fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "dlrm_multinode.sbatch"
@@ -96,9 +96,9 @@ def test_cluster_stop_ends_daemons_and_running_jobs_and_removes_its_directory(tm
         job = cluster.sbatch(["-N", "2", f"--output={tmp_path}/sleep.out", "--wrap", "srun sleep 300"])
         cluster.wait_job(job, 30, frozenset({"RUNNING"}))
         deadline = time.monotonic() + 20
-        while len(_pids_with_env("SLURM_CONF", str(cluster.conf))) < 4 and time.monotonic() < deadline:
+        while len(pids_with_env("SLURM_CONF", str(cluster.conf))) < 4 and time.monotonic() < deadline:
             time.sleep(0.2)  # slurmstepd + srun + 2 x sleep
-        job_pids = _pids_with_env("SLURM_CONF", str(cluster.conf))
+        job_pids = pids_with_env("SLURM_CONF", str(cluster.conf))
         assert len(job_pids) >= 4, job_pids
     finally:
         cluster.stop()

@@ -101,3 +101,13 @@ def test_cli(tmp_path):
     assert 0.6 < summary["bayes_auc"] < 0.95
     spec = FeatureSpec.load(str(tmp_path / "d")).validate()
     assert spec.num_rows("train") == 5000 and spec.metadata["generator"]["preset"] == "tiny"
+
+
+def test_roc_auc_matches_pairwise_definition():
+    rng = np.random.default_rng(5)
+    labels = rng.random(300) < 0.3
+    scores = rng.integers(0, 20, 300).astype(float)  # many ties
+    pos, neg = scores[labels], scores[~labels]
+    expected = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (pos.size * neg.size)
+    assert roc_auc(labels, scores) == pytest.approx(expected, abs=1e-12)
+    assert np.isnan(roc_auc(np.ones(3), [1, 2, 3]))

@@ -179,10 +179,17 @@ def write_split_binary(out_dir: str, spec: FeatureSpec, mapping: str, label, num
 
 
 # ====================================================================== reader
+def _read_only_empty(dtype) -> np.ndarray:
+    """Empty array typed like a read-only mapping (so the kernels see one array type)."""
+    empty = np.empty(0, dtype=dtype)
+    empty.setflags(write=False)
+    return empty
+
+
 def _map_file(chunk: BinaryChunk, rows: int) -> np.ndarray:
     """Read-only memory map of a whole file as a flat array (zero-length files give an empty array)."""
     if rows == 0:
-        return np.empty(0, dtype=chunk.dtype)
+        return _read_only_empty(chunk.dtype)
     with open(chunk.path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return np.frombuffer(mapped, dtype=chunk.dtype)
@@ -236,6 +243,7 @@ class BatchReader:
             raise ValueError(f"start_batch {start_batch} is outside [0, {self.num_batches}]")
         self.start_batch = start_batch
         self._iterated = False
+        self._thread_local = threading.local()
         self._open_files()
 
     def _open_files(self) -> None:
@@ -309,14 +317,22 @@ class BatchReader:
         for dtype, targets in self._groups:
             cols = tuple(self._columns[j][begin:end] for j in targets)
             if not cols:  # the kernel takes one tuple per dtype; an empty group gets an unused dummy
-                cols = (np.empty(0, dtype=dtype),)
+                cols = (_read_only_empty(dtype),)
             args += [cols, targets]
-        table, row = decode.decode_categorical(*args, self._cards, out)
+        table, row = decode.decode_categorical(*args, self._cards, self._scratch(end - begin), out)
         if table >= 0:
             chunk = self.categorical_chunks[table]
             value = int(self._columns[table][begin + row])
             raise DataError(f"id {value} is outside [0, {self._cards[table]})", chunk.path, chunk.features[0],
                             begin + row)
+
+    def _scratch(self, rows: int) -> np.ndarray:
+        """Per-thread int32 scratch [tables rounded up to even, rows] for the categorical kernel."""
+        wide = getattr(self._thread_local, "wide", None)
+        if wide is None or wide.shape[1] < rows:
+            wide = np.empty((self.num_categorical + self.num_categorical % 2, rows), dtype=np.int32)
+            self._thread_local.wide = wide
+        return wide
 
     # -- iteration
     def __iter__(self) -> Iterator[Batch]:

@@ -28,7 +28,7 @@ and the one the tests check.
 from __future__ import annotations
 
 import importlib.util
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -50,9 +50,11 @@ def _as_table_piece(table: int, piece: Piece) -> TablePiece:
 class DistributedEmbedding(EmbeddingCollection):
     """`EmbeddingCollection` whose tables are placed on ranks according to a planner `Plan`."""
 
-    def __init__(self, plan: Plan, table_sizes: Sequence[int], dim: int, seed: int,
-                 name: str = "embeddings"):
-        super().__init__(table_sizes, dim, name=name, dtype="float32")
+    def __init__(self, plan: Plan, table_sizes: Optional[Sequence[int]] = None, dim: Optional[int] = None,
+                 seed: int = 0, name: str = "embeddings"):
+        """`table_sizes` and `dim` default to the plan's; when given they must match it."""
+        table_sizes = [t.rows for t in plan.tables] if table_sizes is None else table_sizes
+        super().__init__(table_sizes, plan.dim if dim is None else dim, name=name, dtype="float32")
         self.plan = plan
         self.seed = int(seed)
         self.rank = dist.rank()
@@ -122,15 +124,17 @@ class DistributedEmbedding(EmbeddingCollection):
                              f"got {ids.shape}")
         self._check_ids(ids)
         batch = tf.shape(ids)[0]
+        # Replicated lookups first and in fixed name scopes: inside tf.function, Horovod names the
+        # allreduce of their gradients after the gradient tensors' op names, which must therefore be
+        # the same on every rank, whatever shards each rank holds.
+        replicated = {}
+        for t, table in self.replicated_tables.items():
+            with tf.name_scope(f"replicated_table_{t}"):
+                replicated[t] = tf.gather(table, ids[:, t])
         sharded = self._sharded_lookup(ids, batch) if self._num_sharded else None
-        if not self.replicated_tables:
+        if not replicated:
             return sharded
-        columns = []
-        for t in range(num_tables):
-            if t in self.replicated_tables:
-                columns.append(tf.gather(self.replicated_tables[t], ids[:, t]))
-            else:
-                columns.append(sharded[:, t, :])
+        columns = [replicated[t] if t in replicated else sharded[:, t, :] for t in range(num_tables)]
         return tf.stack(columns, axis=1)
 
     def _check_ids(self, ids) -> None:

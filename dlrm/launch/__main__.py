@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Optional, Sequence
@@ -66,6 +67,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.no_wait:
         print(f"submitted {len(submitted)} jobs; later: python -m dlrm.launch --collect {sweep_dir}")
         return 0
+    # Without accounting every submitit status poll warns that sacct failed; job states come from
+    # scontrol in wait_for_jobs instead, so those warnings are noise.
+    logging.getLogger("submitit").setLevel(logging.ERROR)
     outcomes = wait_for_jobs({item.point.name: item.job for item in submitted},
                              args.wait_timeout or 2 * 60 * args.timeout_min)
     for name, outcome in outcomes.items():

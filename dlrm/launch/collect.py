@@ -2,9 +2,9 @@
 
 For each `<dir>/<point>/point.json` (written at submission): the trainer's metrics
 (`metrics.jsonl`: throughput from the training windows, AUC / log loss of the last evaluation), the
-job's wall time (`run.json`), and the model size with its placement: parameters from the run's last
-checkpoint (`meta.json`: table sizes, dense shapes), else embedding parameters from the dataset's
-table sizes, and the per-rank embedding memory (weights plus optimizer slots) of the planner's plan
+job's wall time (`run.json`), and the model size with its placement: parameters from the last
+checkpoint the run logged (its `meta.json`: table sizes, dense shapes), else embedding parameters
+from the dataset's table sizes, and the per-rank embedding memory (weights plus optimizer slots) of the planner's plan
 for the run's world size and sharding options.
 """
 from __future__ import annotations
@@ -50,13 +50,14 @@ def placement_memory(config: dict, rows: List[int], world_size: int) -> dict:
     return plan.memory_spread()
 
 
-def checkpoint_meta(point_dir: str) -> Optional[dict]:
-    """meta.json of the run's last complete checkpoint, if it wrote one."""
-    from dlrm.train.checkpoint import find_checkpoint, read_meta
-
-    root = os.path.join(point_dir, "checkpoints")
-    found = find_checkpoint(root) if os.path.isdir(root) else None
-    return read_meta(found) if found else None
+def checkpoint_meta(records: List[dict]) -> Optional[dict]:
+    """meta.json of the last checkpoint the run logged (a `checkpoint` record in metrics.jsonl)."""
+    paths = [r["path"] for r in records if r.get("kind") == "checkpoint" and r.get("path")]
+    meta_path = os.path.join(paths[-1], "meta.json") if paths else None
+    if meta_path is None or not os.path.exists(meta_path):
+        return None
+    with open(meta_path) as f:
+        return json.load(f)
 
 
 def dense_parameters(dense_shapes: dict) -> int:
@@ -83,15 +84,15 @@ def collect_point(point_dir: str) -> dict:
     row = {"point": point["name"], "dataset": point["dataset"]["name"],
            "frequency_threshold": point["dataset"].get("frequency_threshold", ""),
            "embedding_dim": config["model"]["embedding_dim"], "world_size": point["world_size"]}
-    meta = checkpoint_meta(point_dir)
+    metrics_path = os.path.join(point_dir, METRICS_FILE)
+    records = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
+    meta = checkpoint_meta(records)
     rows = meta["model_shape"]["table_sizes"] if meta else table_sizes(config)
     memory = placement_memory(config, rows, point["world_size"])
     row["embedding_parameters"] = sum(rows) * config["model"]["embedding_dim"]
     row["model_parameters"] = row["embedding_parameters"] + dense_parameters(meta["dense_shapes"]) if meta else None
     row["max_rank_embedding_bytes"] = memory["max_bytes"]
     row["mean_rank_embedding_bytes"] = int(memory["mean_bytes"])
-    metrics_path = os.path.join(point_dir, METRICS_FILE)
-    records = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval" and isinstance(r.get("auc"), (int, float))]
     row["steps"] = max((r["step"] for r in train), default="")

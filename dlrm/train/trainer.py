@@ -119,7 +119,9 @@ def build_embeddings(config: Config, table_sizes: Sequence[int]):
     from dlrm.embedding.distributed import DistributedEmbedding
     from dlrm.embedding.planner import plan_embeddings
 
-    plan = plan_embeddings(table_sizes, config.model.embedding_dim, world_size, config.sharding)
+    optimizer_slots = {"sgd": 0, "adagrad": 1, "adam": 2}.get(config.optimizer.optimizer, 0)
+    plan = plan_embeddings(table_sizes, config.model.embedding_dim, world_size, config.sharding,
+                           optimizer_slots=optimizer_slots)
     return DistributedEmbedding(plan, seed=config.model.seed)
 
 

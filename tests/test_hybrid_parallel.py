@@ -1,0 +1,229 @@
+"""N ranks compute what 1 rank computes: the project's main correctness test (real processes).
+
+One tiny DLRM whose 26 tables are planned into all four layouts at N = 2 and N = 3 (table 0
+row-sliced, table 1 column-sliced, tables of <= 6 rows replicated, the rest whole) is trained with
+the trainer's real code path (`dlrm.train.trainer.run`: reader with per-rank slices, the real
+`tf.function` step, optimizer, checkpoint writer) for one epoch of 23 rows at global batch 7 — batches
+of 7, 7, 7 and a last one of 2 rows, so the per-rank batches are uneven and at N = 3 one rank gets no
+rows at all. Per optimizer (SGD and sparse Adagrad) the per-step losses and the final weights (dense,
+every table, Adagrad accumulators; read from the final checkpoints) must equal a one-process run
+with the same global batch to float32 tolerance, with Gloo at N = 2 and 3 and with MPI at N = 2.
+
+Each launch also runs the embedding-layer checks of tests/test_distributed_embedding.py (initial
+pieces, lookups and gradients vs `LocalEmbedding`) so that a multi-rank start-up is paid only once.
+Launches are memoised per pytest session (`tests.multirank.memoised`) and shared with
+tests/test_sharded_checkpoint.py (restore of the N = 3 checkpoint at N = 2 and N = 1).
+
+This file is also the worker: `python tests/test_hybrid_parallel.py --worker <role> <dir> ...`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.multirank import memoised, run_ranks, run_single
+
+# Tables: 0 row-sliced (1500 rows > budget of 1300 rows), 1 column-sliced (300 > 250 rows),
+# those of <= 6 rows replicated, the rest table-wise. Row = DIM float32 = 32 bytes.
+CARDINALITIES = [1500, 300, 3, 5, 40, 25, 12, 6, 50, 30, 20, 4, 60, 15, 10, 35, 45, 2, 18, 22, 28, 8, 33,
+                 55, 14, 9]
+DIM = 8
+ROW_BYTES = DIM * 4
+GLOBAL_BATCH = 7
+TRAIN_ROWS = 23  # batches of 7, 7, 7, 2
+STEPS = 4
+OPTIMIZERS = {"sgd": "0.5", "adagrad": "0.1"}
+TOLERANCE = 2e-5  # float32, a few steps: only summation order differs between world sizes
+
+
+def train_flags(dataset: str, optimizer: str, run_dir: str, save: str) -> list:
+    """main.py flags of the equality runs: the same on every world size."""
+    return ["--dataset_path", dataset, "--embedding_dim", str(DIM), "--bottom_mlp_dims", f"16-{DIM}",
+            "--top_mlp_dims", "16-1", "--optimizer", optimizer, "--learning_rate", OPTIMIZERS[optimizer],
+            "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", str(GLOBAL_BATCH),
+            "--valid_batch_size", "64", "--partial_batch", "keep", "--epochs", "1", "--log_every", "1",
+            "--seed", "5", "--intra_op_threads", "1", "--run_dir", run_dir, "--save_checkpoint_path", save,
+            "--rank_memory", str(1300 * ROW_BYTES), "--column_slice_threshold", str(250 * ROW_BYTES),
+            "--replicate_threshold", str(6 * ROW_BYTES)]
+
+
+def restore_flags(dataset: str, source: str, run_dir: str, save: str) -> list:
+    """Resume the N=3 Adagrad checkpoint (step 4) and train one more step (a new epoch's first batch)."""
+    flags = train_flags(dataset, "adagrad", run_dir, save)
+    return flags + ["--restore_checkpoint_path", source, "--max_steps", str(STEPS + 1)]
+
+
+def continued_flags(dataset: str, run_dir: str, save: str) -> list:
+    """The uninterrupted one-process run that restored runs must match: Adagrad for 5 steps."""
+    return train_flags(dataset, "adagrad", run_dir, save) + ["--max_steps", str(STEPS + 1)]
+
+
+# ----------------------------------------------------------------------------------- worker
+def _worker(role: str, base: str, dataset: str, restore_from: str | None) -> None:
+    """role: 'reference' (one process) or 'ranks'; trains every optimizer, optionally restores."""
+    from dlrm import dist
+    from dlrm.cli import parse_config
+    from dlrm.train import trainer
+    from tests.multirank import write_rank_result
+
+    dist.init()
+    rank = dist.rank()
+    result = {"rank": rank, "world": dist.size()}
+    if role == "ranks":
+        from tests.test_distributed_embedding import check_layer_against_local
+
+        result["layer"] = check_layer_against_local()
+    for optimizer in OPTIMIZERS:
+        out = os.path.join(base, optimizer)
+        trainer.run(parse_config(train_flags(dataset, optimizer, out + "/run", out + "/ckpt")))
+    if restore_from:
+        out = os.path.join(base, "restored")
+        trainer.run(parse_config(restore_flags(dataset, restore_from, out + "/run", out + "/ckpt")))
+    if role == "reference":
+        out = os.path.join(base, "continued")
+        trainer.run(parse_config(continued_flags(dataset, out + "/run", out + "/ckpt")))
+    write_rank_result(rank, result)
+
+
+# ------------------------------------------------------------------------------------ launches
+def make_dataset() -> str:
+    from dlrm.data.synthetic import GeneratorParams, generate_dataset
+
+    directory = tempfile.mkdtemp(prefix="hybrid_data_")
+    generate_dataset(directory, CARDINALITIES, TRAIN_ROWS, 32, seed=3,
+                     params=GeneratorParams(zipf_exponent=0.3))  # ids spread over every row range
+    return directory
+
+
+def _dataset() -> str:
+    return memoised("hybrid_dataset", make_dataset)
+
+
+def launch(world: int, mpi: bool = False, restore_from: str | None = None):
+    """Train (and maybe restore) on `world` ranks; returns (RankRun, output directory)."""
+    def go():
+        base = tempfile.mkdtemp(prefix=f"hybrid_{'mpi' if mpi else 'gloo'}{world}_")
+        argv = ["tests/test_hybrid_parallel.py", "--worker", "ranks", base, _dataset()]
+        argv += [restore_from] if restore_from else []
+        return run_ranks(world, argv, mpi=mpi, timeout=300), base
+    return memoised(("hybrid", world, mpi, restore_from), go)
+
+
+def reference(restore_from: str | None = None):
+    """The one-process run (LocalEmbedding, no launcher) with the same global batch."""
+    def go():
+        base = tempfile.mkdtemp(prefix="hybrid_ref_")
+        argv = ["tests/test_hybrid_parallel.py", "--worker", "reference", base, _dataset()]
+        argv += [restore_from] if restore_from else []
+        return run_single(argv, timeout=240), base
+    return memoised(("hybrid_ref", restore_from), go)
+
+
+def three_rank_checkpoint() -> str:
+    run, base = launch(3)
+    run.check()
+    return os.path.join(base, "adagrad", "ckpt")
+
+
+# ------------------------------------------------------------------------------- comparisons
+def losses(run_dir: str) -> list:
+    from dlrm.train.metrics_log import read_metrics
+
+    records = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "train"]
+    return [r["loss"] for r in sorted(records, key=lambda r: r["step"])]
+
+
+def checkpoint_arrays(root: str) -> dict:
+    """{name: array} of a checkpoint: dense keys and whole tables per slot, read from its pieces."""
+    from dlrm.embedding.base import TablePiece
+    from dlrm.train import checkpoint
+
+    directory = checkpoint.find_checkpoint(root)
+    assert directory, f"no complete checkpoint under {root}"
+    meta = checkpoint.read_meta(directory)
+    arrays = {f"dense/{key}": np.load(os.path.join(directory, "dense", f"{key}.npy"), allow_pickle=False)
+              for key in meta["dense_shapes"]}
+    for t, rows in enumerate(meta["model_shape"]["table_sizes"]):
+        for slot in sorted(os.listdir(os.path.join(directory, "embedding", f"t{t}"))):
+            saved = checkpoint._saved_pieces(directory, t, slot)
+            arrays[f"t{t}/{slot}"] = checkpoint.read_region(saved, TablePiece(t, 0, rows, 0, DIM))
+    arrays["meta/step"] = np.array(meta["step"])
+    arrays["meta/world_size"] = np.array(meta["world_size"])
+    return arrays
+
+
+def max_difference(got: dict, want: dict) -> tuple:
+    assert sorted(got) == sorted(want), set(got) ^ set(want)
+    worst = max(((float(np.max(np.abs(got[k] - want[k]), initial=0.0)), k) for k in want
+                 if not k.startswith("meta/")), default=(0.0, None))
+    return worst
+
+
+def assert_same_training(base: str, ref_base: str, world: int) -> None:
+    for optimizer in OPTIMIZERS:
+        got_losses = losses(os.path.join(base, optimizer, "run"))
+        want_losses = losses(os.path.join(ref_base, optimizer, "run"))
+        assert len(want_losses) == STEPS and len(got_losses) == STEPS, (got_losses, want_losses)
+        np.testing.assert_allclose(got_losses, want_losses, rtol=TOLERANCE, atol=TOLERANCE,
+                                   err_msg=f"{optimizer}: losses differ at N={world}")
+        got = checkpoint_arrays(os.path.join(base, optimizer, "ckpt"))
+        want = checkpoint_arrays(os.path.join(ref_base, optimizer, "ckpt"))
+        assert int(got["meta/world_size"]) == world and int(want["meta/world_size"]) == 1
+        assert int(got["meta/step"]) == int(want["meta/step"]) == STEPS
+        err, key = max_difference(got, want)
+        assert err < TOLERANCE, f"{optimizer}: final weights differ at N={world}: {key} by {err}"
+        if optimizer == "adagrad":
+            assert any(k.endswith("/accumulator") for k in want), sorted(want)[:10]
+        # Training moved the weights: the comparison is not between two untouched initialisations.
+        initial_move = max(float(np.max(np.abs(want[k]))) for k in want if k.startswith("dense/"))
+        assert initial_move > 0
+
+
+def assert_layer_checks(run, world: int) -> None:
+    from tests.test_distributed_embedding import assert_layer_results
+
+    assert_layer_results([run.results[r]["layer"] for r in range(world)], world)
+
+
+def assert_plan_has_every_kind(base: str, world: int) -> None:
+    from dlrm.train import checkpoint
+
+    meta = checkpoint.read_meta(checkpoint.find_checkpoint(os.path.join(base, "sgd", "ckpt")))
+    kinds = [t["kind"] for t in meta["plan"]["tables"]]
+    assert meta["plan"]["world_size"] == world
+    assert kinds[0] == "row_sliced" and kinds[1] == "column_sliced", kinds
+    assert {"table_wise", "replicated"} <= set(kinds), kinds
+
+
+# ------------------------------------------------------------------------------------ tests
+@pytest.mark.multirank
+@pytest.mark.slow
+@pytest.mark.parametrize("world,mpi", [(3, False), (2, False), (2, True)], ids=["gloo-3", "gloo-2", "mpi-2"])
+def test_n_ranks_train_exactly_like_one_process(world, mpi):
+    restore = three_rank_checkpoint() if (world, mpi) == (2, False) else None
+    run, base = launch(world, mpi, restore_from=restore)
+    run.check()
+    ref_run, ref_base = reference(restore_from=three_rank_checkpoint())
+    ref_run.check()
+    assert_plan_has_every_kind(base, world)
+    assert_same_training(base, ref_base, world)
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+@pytest.mark.parametrize("world,mpi", [(3, False), (2, False), (2, True)], ids=["gloo-3", "gloo-2", "mpi-2"])
+def test_embedding_layer_matches_local_embedding_in_the_same_launch(world, mpi):
+    restore = three_rank_checkpoint() if (world, mpi) == (2, False) else None
+    run, _ = launch(world, mpi, restore_from=restore)
+    run.check()
+    assert_layer_checks(run, world)
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "--worker":
+    _worker(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
