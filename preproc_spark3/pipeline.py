@@ -4,7 +4,7 @@ Output directory:
   feature_spec.yaml            written last (atomically): its presence means the dataset is complete
   train/ test/ validation/     split-binary files (label.bin, numerical.bin, cat_<i>.bin)
   parquet/split=<name>/        the transformed rows (kept; the binary files are made from them)
-  dictionary/feature=<i>/      value -> id per feature (value, count, id), C1 is feature 0
+  dictionary/                  value -> id per feature: (feature, value, count, id), C1 is feature 0
   quarantine.jsonl             malformed lines with source file and line number
   preprocess_report.json       settings, line counts, malformed summary, cardinalities, rows, stage times
 """
@@ -102,8 +102,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     good = parsed.filter(F.col("reason").isNull())
     with _stage("dictionary", seconds):
         vocabulary_rows = good.filter(F.col("day").isin(list(config.dictionary_days)))
-        build_dictionary(vocabulary_rows, config.thresholds).write.mode("overwrite").partitionBy("feature") \
-            .parquet(str(out / "dictionary"))
+        build_dictionary(vocabulary_rows, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
         dictionary = spark.read.parquet(str(out / "dictionary"))
         result.cardinalities = cardinalities(dictionary)
     with _stage("transform", seconds):

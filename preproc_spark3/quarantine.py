@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,8 +64,11 @@ def write_quarantine(parsed, raw_dir: str, out_dir: Path, total_lines: int) -> M
     for row in counts:
         by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["count"]
         by_file[row["file"]] = by_file.get(row["file"], 0) + row["count"]
-    examples = [f"{r['source_file']} line {r['line_number']}: {r['reason']}"
-                for r in records.orderBy("day", "line_number").limit(EXAMPLES_IN_ERROR).collect()]
+    examples = []
+    with open(target, encoding="utf-8") as written:  # already in (day, line) order
+        for text, _ in zip(written, range(EXAMPLES_IN_ERROR)):
+            record = json.loads(text)
+            examples.append(f"{record['source_file']} line {record['line_number']}: {record['reason']}")
     return MalformedSummary(total_lines=total_lines, malformed_lines=sum(by_kind.values()), by_kind=by_kind,
                             by_file=by_file, quarantine_file=str(target), examples=examples)
 

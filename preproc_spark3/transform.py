@@ -29,7 +29,8 @@ def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig,
     """rows: well-formed parsed rows of all days; dictionary: DataFrame[feature, value, count, id]."""
     from pyspark.sql import functions as F
 
-    frame = rows.select("day", "line", LABEL, *NUMERICAL_COLUMNS, *CATEGORICAL_COLUMNS)
+    columns = ["day", "line", LABEL, *NUMERICAL_COLUMNS, *CATEGORICAL_COLUMNS]
+    frame = rows.select(*columns)
     small = [i for i in range(len(CATEGORICAL_COLUMNS)) if cardinalities[i] - 1 <= config.broadcast_max_rows]
     # All small dictionaries in one broadcast table keyed by feature << 32 | value: built and shipped
     # once, reused by every join (Spark reuses the identical broadcast exchange).
@@ -42,7 +43,7 @@ def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig,
             ids = dictionary.filter(F.col("feature") == index).select(F.col("value").alias("key"), "id")
             frame = frame.join(ids, F.col(name) == ids["key"], "left")
         frame = frame.select(*[F.coalesce(F.col("id"), F.lit(0)).cast("int").alias(c) if c == name else F.col(c)
-                               for c in frame.columns if c not in ("key", "id")])
+                               for c in columns])
 
     split = (F.when(F.col("day") != config.eval_day, F.lit(TRAIN))
              .when(F.col("line") <= test_lines(eval_day_lines), F.lit(TEST))

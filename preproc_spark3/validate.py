@@ -12,9 +12,16 @@ from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS,
 
 INTEGER_PATTERN = r"^-?[0-9]{1,18}$"
 HEX_PATTERN = r"^[0-9a-fA-F]{1,8}$"
+# The whole of a well-formed line in one pattern: the fast path; only lines failing it get the
+# field-by-field checks that name their first problem.
+LINE_PATTERN = ("^[01]" + r"(\t(-?[0-9]{1,18})?)" + f"{{{len(NUMERICAL_COLUMNS)}}}"
+                + r"(\t[0-9a-fA-F]{0,8})" + f"{{{len(CATEGORICAL_COLUMNS)}}}$")
 SHOWN_CHARS = 32  # how much of a bad field a reason quotes
 
 KIND_FIELD_COUNT, KIND_LABEL, KIND_INTEGER, KIND_CATEGORICAL = "field_count", "label", "integer", "categorical"
+_PROBLEMS = {KIND_LABEL: "is not 0 or 1", KIND_INTEGER: "is not an integer (at most 18 digits)",
+             KIND_CATEGORICAL: "is not a hex value (1-8 hex digits)"}
+_WRONG_COUNT = -1  # problem index of a line with the wrong number of fields; else the bad field's index
 
 
 def parse_lines(numbered):
@@ -22,31 +29,31 @@ def parse_lines(numbered):
     from pyspark.sql import functions as F
 
     fields = F.split(F.col("value"), "\t", -1)
-    field_count = F.size(fields)
     frame = numbered.select("day", "file", "line", "value", fields.alias("fields"))
     raw = [F.col("fields").getItem(i) for i in range(RAW_FIELD_COUNT)]
 
-    def quoted(text):
-        return F.concat(F.lit("'"), F.substring(text, 1, SHOWN_CHARS), F.lit("'"))
+    # Index of the first bad field (label, I1..I13, C1..C26), _WRONG_COUNT, or null for a good line.
+    problem = (F.when(F.col("value").rlike(LINE_PATTERN), F.lit(None).cast("int"))
+               .when(F.size("fields") != RAW_FIELD_COUNT, F.lit(_WRONG_COUNT))
+               .when(~raw[0].isin("0", "1"), F.lit(0)))
+    for i in range(1, RAW_FIELD_COUNT):
+        pattern = INTEGER_PATTERN if i <= len(NUMERICAL_COLUMNS) else HEX_PATTERN
+        problem = problem.when((raw[i] != "") & ~raw[i].rlike(pattern), F.lit(i))
+    frame = frame.withColumn("problem", problem)
 
-    checks = [(field_count != RAW_FIELD_COUNT, KIND_FIELD_COUNT,
-               F.concat(F.lit("wrong field count: "), field_count.cast("string"),
-                        F.lit(f" tab-separated fields, expected {RAW_FIELD_COUNT}"))),
-              (~raw[0].isin("0", "1"), KIND_LABEL,
-               F.concat(F.lit(f"{LABEL}: "), quoted(raw[0]), F.lit(" is not 0 or 1")))]
-    for i, name in enumerate(NUMERICAL_COLUMNS, start=1):
-        checks.append(((raw[i] != "") & ~raw[i].rlike(INTEGER_PATTERN), KIND_INTEGER,
-                       F.concat(F.lit(f"{name}: "), quoted(raw[i]), F.lit(" is not an integer (at most 18 digits)"))))
-    for i, name in enumerate(CATEGORICAL_COLUMNS, start=1 + len(NUMERICAL_COLUMNS)):
-        checks.append(((raw[i] != "") & ~raw[i].rlike(HEX_PATTERN), KIND_CATEGORICAL,
-                       F.concat(F.lit(f"{name}: "), quoted(raw[i]), F.lit(" is not a hex value (1-8 hex digits)"))))
-
-    # First failing check wins (field count, label, I1..I13, C1..C26): one CASE WHEN chain each.
-    reason = F.when(checks[0][0], checks[0][2])
-    kind = F.when(checks[0][0], F.lit(checks[0][1]))
-    for condition, kind_name, message in checks[1:]:
-        reason = reason.when(condition, message)
-        kind = kind.when(condition, F.lit(kind_name))
+    index = F.col("problem")
+    kind = (F.when(index == _WRONG_COUNT, F.lit(KIND_FIELD_COUNT)).when(index == 0, F.lit(KIND_LABEL))
+            .when(index <= len(NUMERICAL_COLUMNS), F.lit(KIND_INTEGER)).when(index > 0, F.lit(KIND_CATEGORICAL)))
+    names = F.array(*[F.lit(n) for n in (LABEL, *NUMERICAL_COLUMNS, *CATEGORICAL_COLUMNS)])
+    message = F.when(kind == KIND_LABEL, F.lit(_PROBLEMS[KIND_LABEL])).when(
+        kind == KIND_INTEGER, F.lit(_PROBLEMS[KIND_INTEGER])).otherwise(F.lit(_PROBLEMS[KIND_CATEGORICAL]))
+    reason = (F.when(index == _WRONG_COUNT,
+                     F.concat(F.lit("wrong field count: "), F.size("fields").cast("string"),
+                              F.lit(f" tab-separated fields, expected {RAW_FIELD_COUNT}")))
+              .when(index >= 0,
+                    F.concat(F.element_at(names, index + 1), F.lit(": '"),
+                             F.substring(F.element_at(F.col("fields"), index + 1), 1, SHOWN_CHARS),
+                             F.lit("' "), message)))
 
     def present(i):
         return F.when(raw[i] != "", raw[i])
@@ -55,6 +62,6 @@ def parse_lines(numbered):
     typed += [present(i).cast("long").alias(name) for i, name in enumerate(NUMERICAL_COLUMNS, start=1)]
     typed += [F.conv(present(i), 16, 10).cast("long").alias(name)
               for i, name in enumerate(CATEGORICAL_COLUMNS, start=1 + len(NUMERICAL_COLUMNS))]
-    parsed = frame.select("day", "file", "line", reason.alias("reason"), kind.alias("kind"), "value", *typed)
     # The raw text is only kept for the quarantine.
-    return parsed.withColumn("value", F.when(F.col("reason").isNotNull(), F.col("value")))
+    return frame.select("day", "file", "line", reason.alias("reason"), kind.alias("kind"),
+                        F.when(index.isNotNull(), F.col("value")).alias("value"), *typed)

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlrm.embedding.planner import slots_for_optimizer
 from tests.multirank import memoised, run_ranks, run_single
 
 # Tables: 0 row-sliced (1500 rows > budget of 1300 rows), 1 column-sliced (300 > 250 rows),
@@ -44,13 +45,15 @@ TOLERANCE = 2e-5  # float32, a few steps: only summation order differs between w
 
 def train_flags(dataset: str, optimizer: str, run_dir: str, save: str) -> list:
     """main.py flags of the equality runs: the same on every world size."""
+    # The planner counts optimizer slots (Adagrad: one accumulator per weight) in table memory.
+    row_bytes = ROW_BYTES * (1 + slots_for_optimizer(optimizer))
     return ["--dataset_path", dataset, "--embedding_dim", str(DIM), "--bottom_mlp_dims", f"16-{DIM}",
             "--top_mlp_dims", "16-1", "--optimizer", optimizer, "--learning_rate", OPTIMIZERS[optimizer],
             "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", str(GLOBAL_BATCH),
             "--valid_batch_size", "64", "--partial_batch", "keep", "--epochs", "1", "--log_every", "1",
             "--seed", "5", "--intra_op_threads", "1", "--run_dir", run_dir, "--save_checkpoint_path", save,
-            "--rank_memory", str(1300 * ROW_BYTES), "--column_slice_threshold", str(250 * ROW_BYTES),
-            "--replicate_threshold", str(6 * ROW_BYTES)]
+            "--rank_memory", str(1300 * row_bytes), "--column_slice_threshold", str(250 * row_bytes),
+            "--replicate_threshold", str(6 * row_bytes)]
 
 
 def restore_flags(dataset: str, source: str, run_dir: str, save: str) -> list:

@@ -29,12 +29,12 @@ def _run(synthetic_dir, tmp_path, *flags):
     return trainer.run(config)
 
 
-@pytest.mark.parametrize("arch, optimizer, lr", [("dlrm", "sgd", "0.5"), ("dlrm", "adagrad", "0.05"),
-                                                  ("dcnv2", "adam", "0.01")])
-def test_few_steps_train_evaluate_log_and_checkpoint(synthetic_dir, tmp_path, arch, optimizer, lr):
+@pytest.mark.parametrize("arch, optimizer, lr, extra", [("dlrm", "sgd", "0.5", []), ("dlrm", "adagrad", "0.05", []),
+                                                         ("dcnv2", "adam", "0.01", ["--amp", "--xla"])])
+def test_few_steps_train_evaluate_log_and_checkpoint(synthetic_dir, tmp_path, arch, optimizer, lr, extra):
     result = _run(synthetic_dir, tmp_path, "--arch", arch, "--optimizer", optimizer, "--learning_rate", lr,
                   "--max_steps", "6", "--eval_every", "3", "--checkpoint_every", "4",
-                  "--save_checkpoint_path", str(tmp_path / "ckpt"))
+                  "--save_checkpoint_path", str(tmp_path / "ckpt"), *extra)
     assert result.step == 6 and 0.0 <= result.auc <= 1.0 and math.isfinite(result.logloss)
     assert 0.5 < result.bayes_auc <= 1.0
 

@@ -12,7 +12,7 @@ import os
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, Sequence, Union
 
 import numpy as np
 

@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -217,7 +217,8 @@ def read_meta(checkpoint_dir: str) -> dict:
         return json.load(f)
 
 
-def _saved_pieces(checkpoint_dir: str, table: int, slot: str) -> List[Tuple[TablePiece, str]]:
+def saved_pieces(checkpoint_dir: str, table: int, slot: str) -> List[Tuple[TablePiece, str]]:
+    """(piece, file) of every saved piece of `table`'s `slot` (feed them to `read_region`)."""
     directory = os.path.join(checkpoint_dir, "embedding", f"t{table}", slot)
     if not os.path.isdir(directory):
         return []
@@ -228,6 +229,9 @@ def _saved_pieces(checkpoint_dir: str, table: int, slot: str) -> List[Tuple[Tabl
             r0, r1, c0, c1 = (int(g) for g in match.groups())
             pieces.append((TablePiece(table, r0, r1, c0, c1), os.path.join(directory, name)))
     return pieces
+
+
+_saved_pieces = saved_pieces  # older name, used by tests/test_hybrid_parallel.py
 
 
 def read_region(saved: Iterable[Tuple[TablePiece, str]], wanted: TablePiece) -> np.ndarray:
@@ -303,7 +307,7 @@ def restore_checkpoint(
 
     for piece, slots in held_pieces:
         for slot, variable in slots.items():
-            saved = _saved_pieces(checkpoint_dir, piece.table, slot)
+            saved = saved_pieces(checkpoint_dir, piece.table, slot)
             if not saved:
                 raise CheckpointError(f"checkpoint {checkpoint_dir} has no slot {slot!r} for table {piece.table} "
                                       f"(written with another optimizer?)")

@@ -331,7 +331,8 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
     predict_step = make_predict_step(parts.model)
     result = RunResult(mode="train", step=step, bayes_auc=bayes_auc, checkpoint=last_checkpoint)
     started = window_start = time.perf_counter()
-    window_rows = trained_rows = 0
+    window_rows = trained_rows = window_steps = 0
+    window_loss = 0.0
 
     def run_eval(at_step):
         result.auc, result.logloss = evaluate(parts, predict_step)
@@ -348,6 +349,8 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
                                     np.float32(batch.global_rows)))
             step += 1
             window_rows += batch.global_rows
+            window_loss += loss
+            window_steps += 1
             if not math.isfinite(loss):
                 log.event("stopped", step, reason="non-finite loss", loss=loss)
                 raise NonFiniteLossError(
@@ -357,24 +360,30 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
             if step % cfg.train.log_every_steps == 0 or step == total_steps:
                 now = time.perf_counter()
                 samples_per_sec = window_rows / max(now - window_start, 1e-9)
-                log.train(step, loss, parts.optimizer.schedule.value_at(step - 1), samples_per_sec,
-                          epoch=step / steps_per_epoch)
+                # loss: mean over the steps since the last line; lr: the one the last update used
+                log.train(step, window_loss / window_steps, parts.optimizer.schedule.value_at(step - 1),
+                          samples_per_sec, epoch=step / steps_per_epoch)
                 trained_rows += window_rows
-                window_rows, window_start = 0, now
+                window_rows, window_loss, window_steps, window_start = 0, 0.0, 0, now
             if step == total_steps:
                 break
+            paused = time.perf_counter()  # evaluation and checkpoints do not count in samples/s
             if cfg.train.eval_every_steps and step % cfg.train.eval_every_steps == 0:
                 run_eval(step)
             if (cfg.train.save_checkpoint_path and cfg.train.checkpoint_every_steps
                     and step % cfg.train.checkpoint_every_steps == 0):
                 last_checkpoint = _save(parts, step, steps_per_epoch, log, last_checkpoint)
+            window_start += time.perf_counter() - paused
         batches.close()  # stops the reader's prefetch threads when leaving mid-epoch
 
     seconds = time.perf_counter() - started
     run_eval(step)
-    if cfg.train.save_checkpoint_path and (last_checkpoint is None or not last_checkpoint.endswith(
-            checkpoint.step_dir_name(step))):
+    final = cfg.train.save_checkpoint_path and os.path.join(cfg.train.save_checkpoint_path,
+                                                            checkpoint.step_dir_name(step))
+    if final and checkpoint.find_checkpoint(final) is None:  # not already written (e.g. resumed at the end)
         last_checkpoint = _save(parts, step, steps_per_epoch, log, last_checkpoint)
+    elif final:
+        last_checkpoint = final
     result.step, result.checkpoint, result.seconds = step, last_checkpoint, seconds
     trained_rows += window_rows
     result.samples_per_sec = trained_rows / seconds if seconds > 0 and trained_rows else None
