@@ -97,6 +97,8 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
         check_malformed_fraction(malformed, config.max_malformed_fraction)
     except Exception:
         _write_report(out, config, result)
+        if not config.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
         raise
 
     good = parsed.filter(F.col("reason").isNull())

@@ -170,6 +170,7 @@ def write_plot(rows: List[dict], path: str) -> None:
             auc_ax.plot(*zip(*auc), marker="o", label=label)
     for ax, ylabel in ((speed_ax, "training throughput (samples/s)"), (auc_ax, "eval AUC")):
         ax.set_xscale("log")
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel("embedding parameters")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

@@ -111,19 +111,23 @@ def _trainer_config(flags: Sequence[str]) -> dict:
 
 
 def make_executor(options: ExecutorOptions, folder: str, nodes: int, tasks_per_node: int, name: str):
-    executor = submitit.AutoExecutor(folder=folder, cluster="local" if options.executor == "local" else "slurm")
-    params = dict(timeout_min=options.timeout_min, name=name)
+    """A submitit executor for one point: local (one process, which starts the ranks itself) or
+    Slurm with `nodes` x `tasks_per_node` tasks (srun's MPI plugin only when there are several)."""
     if options.executor == "local":
-        params.update(tasks_per_node=1, nodes=1)  # the one process starts the ranks (horovodrun)
-    else:
-        params.update(nodes=nodes, tasks_per_node=tasks_per_node, slurm_srun_args=[f"--mpi={options.srun_mpi}"])
-        if options.partition:
-            params["slurm_partition"] = options.partition
-        if options.gpus_per_node:
-            params["gpus_per_node"] = options.gpus_per_node
-        if options.cpus_per_task:
-            params["cpus_per_task"] = options.cpus_per_task
-    executor.update_parameters(**params)
+        executor = submitit.AutoExecutor(folder=folder, cluster="local")
+        executor.update_parameters(timeout_min=options.timeout_min, name=name, nodes=1, tasks_per_node=1)
+        return executor
+    executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    executor.update_parameters(timeout_min=options.timeout_min, name=name, nodes=nodes,
+                               tasks_per_node=tasks_per_node)
+    if nodes * tasks_per_node > 1:
+        executor.update_parameters(slurm_srun_args=[f"--mpi={options.srun_mpi}"])
+    if options.partition:
+        executor.update_parameters(slurm_partition=options.partition)
+    if options.gpus_per_node:
+        executor.update_parameters(gpus_per_node=options.gpus_per_node)
+    if options.cpus_per_task:
+        executor.update_parameters(cpus_per_task=options.cpus_per_task)
     return executor
 
 

@@ -1,0 +1,152 @@
+"""Single-process baseline of the preprocessing (pyarrow + numpy), for benchmarks/preprocess.py.
+
+Same rules as preproc_spark3 (docs/preprocessing.md): validate lines (malformed ones counted and
+written to quarantine.jsonl), dictionary over the training days with frequency threshold T, ids by
+descending count then value, log(max(x,0)+1) numericals, eval day halved by line count, train
+shuffled (numpy permutation: a different permutation than Spark's, the same amount of work), written
+through the data layer's SplitBinaryWriter. Everything is held in memory: it is the strongest simple
+single-process version, not a scalable one.
+
+    python benchmarks/preprocess_baseline.py <raw_dir> <out_dir> --threshold 3 --train_days 0-1 --eval_day 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from dlrm.data.binary import SplitBinaryWriter
+from dlrm.data.feature_spec import FeatureSpec
+from preproc_spark3.config import parse_days
+from preproc_spark3.validate import HEX_PATTERN, INTEGER_PATTERN
+
+N_INT, N_CAT, N_FIELDS = 13, 26, 40
+_HEX_VALUE = np.full(256, 0, dtype=np.uint32)
+for _c in "0123456789abcdef":
+    _HEX_VALUE[ord(_c)] = int(_c, 16)
+    _HEX_VALUE[ord(_c.upper())] = int(_c, 16)
+
+
+def read_lines(path: Path) -> pa.Array:
+    """Every line of a file, in order, as one string array (empty lines kept)."""
+    table = pacsv.read_csv(
+        path, read_options=pacsv.ReadOptions(column_names=["line"], block_size=64 << 20),
+        parse_options=pacsv.ParseOptions(delimiter="\x01", quote_char=False, escape_char=False,
+                                         ignore_empty_lines=False),
+        convert_options=pacsv.ConvertOptions(column_types={"line": pa.string()}, strings_can_be_null=False))
+    return table.column("line").combine_chunks()
+
+
+def parse_day(path: Path, quarantine) -> dict[str, np.ndarray]:
+    lines = read_lines(path)
+    fields = pc.split_pattern(lines, "\t")
+    good = pc.equal(pc.list_value_length(fields), N_FIELDS)
+    flat = pc.list_flatten(pc.filter(fields, good))
+    columns = [pc.take(flat, pa.array(np.arange(i, len(flat), N_FIELDS))) for i in range(N_FIELDS)]
+    ok = pc.is_in(columns[0], pa.array(["0", "1"]))
+    for i in range(1, N_FIELDS):
+        pattern = INTEGER_PATTERN if i <= N_INT else HEX_PATTERN
+        ok = pc.and_(ok, pc.or_(pc.equal(columns[i], ""), pc.match_substring_regex(columns[i], pattern)))
+    ok = ok.to_numpy(zero_copy_only=False)
+    line_numbers = np.flatnonzero(good.to_numpy(zero_copy_only=False)) + 1
+    bad_numbers = np.sort(np.concatenate([np.flatnonzero(~good.to_numpy(zero_copy_only=False)) + 1,
+                                          line_numbers[~ok]]))
+    for number in bad_numbers:
+        quarantine.write(json.dumps({"source_file": str(path), "line_number": int(number),
+                                     "raw_line": lines[int(number) - 1].as_py()}) + "\n")
+    keep = pa.array(ok)
+    columns = [pc.filter(c, keep) for c in columns]
+    ints = []
+    for c in columns[1:1 + N_INT]:
+        ints.append(pc.fill_null(pc.cast(pc.if_else(pc.equal(c, ""), None, c), pa.int64()), 0).to_numpy())
+    cats = []
+    for c in columns[1 + N_INT:]:
+        padded = pc.utf8_lpad(c, 8, "0")
+        raw = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[: 8 * len(padded)].reshape(-1, 8)
+        nibbles = _HEX_VALUE[raw]
+        value = np.zeros(len(padded), dtype=np.int64)
+        for k in range(8):
+            value = (value << 4) | nibbles[:, k]
+        value[pc.equal(c, "").to_numpy(zero_copy_only=False)] = -1  # missing
+        cats.append(value)
+    return {"label": pc.cast(columns[0], pa.int8()).to_numpy(zero_copy_only=False),
+            "ints": np.stack(ints, axis=1).astype(np.int64), "cats": np.stack(cats, axis=1),
+            "line": line_numbers[ok], "lines_in_file": len(lines), "malformed": len(bad_numbers)}
+
+
+def dictionary(values: np.ndarray, threshold: int) -> np.ndarray:
+    """Kept values sorted ascending, with their ids (descending count, ties by value) -> (values, ids)."""
+    present = values[values >= 0]
+    uniq, counts = np.unique(present, return_counts=True)
+    keep = counts >= threshold
+    uniq, counts = uniq[keep], counts[keep]
+    rank = np.lexsort((uniq, -counts))  # positions in id order
+    ids = np.empty(len(uniq), dtype=np.int32)
+    ids[rank] = np.arange(1, len(uniq) + 1, dtype=np.int32)
+    return uniq, ids
+
+
+def apply(values: np.ndarray, uniq: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Ids of `values`; 0 for missing (-1), unseen and below-threshold values."""
+    if len(uniq) == 0:
+        return np.zeros(len(values), dtype=np.int32)
+    pos = np.minimum(np.searchsorted(uniq, values), len(uniq) - 1)
+    return np.where(uniq[pos] == values, ids[pos], 0).astype(np.int32)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("raw_dir")
+    p.add_argument("out_dir")
+    p.add_argument("--threshold", type=int, default=0)
+    p.add_argument("--train_days", default="0-22")
+    p.add_argument("--eval_day", type=int, default=23)
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--chunk_rows", type=int, default=262_144)
+    a = p.parse_args(argv)
+    out = Path(a.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train_days = parse_days(a.train_days)
+    with open(out / "quarantine.jsonl", "w") as quarantine:
+        days = {d: parse_day(Path(a.raw_dir) / f"day_{d}", quarantine) for d in (*train_days, a.eval_day)}
+    train_cats = np.concatenate([days[d]["cats"] for d in train_days])
+    maps = [dictionary(train_cats[:, f], a.threshold) for f in range(N_CAT)]
+    cards = [len(u) + 1 for u, _ in maps]
+    spec = FeatureSpec.criteo_like(cards, mappings=("train", "test", "validation"), base_directory=str(out))
+
+    def arrays(parts, order=None):
+        label = np.concatenate([p["label"] for p in parts])
+        ints = np.concatenate([p["ints"] for p in parts])
+        cats = np.concatenate([p["cats"] for p in parts])
+        if order is not None:
+            label, ints, cats = label[order], ints[order], cats[order]
+        return label, ints, cats
+
+    n_train = len(train_cats)
+    del train_cats
+    ev = days[a.eval_day]
+    first_half = ev["line"] <= (ev["lines_in_file"] + 1) // 2
+    splits = {"train": arrays([days[d] for d in train_days], np.random.default_rng(a.seed).permutation(n_train)),
+              "test": tuple(x[first_half] for x in arrays([ev])),
+              "validation": tuple(x[~first_half] for x in arrays([ev]))}
+    rows = {}
+    for name, (label, ints, cats) in splits.items():
+        with SplitBinaryWriter(str(out), spec, name) as writer:
+            for s in range(0, len(label), a.chunk_rows):
+                e = s + a.chunk_rows
+                numerical = np.log(np.maximum(ints[s:e], 0).astype(np.float64) + 1.0).astype(np.float32)
+                writer.write(label[s:e], numerical, [apply(cats[s:e, f], *maps[f]) for f in range(N_CAT)])
+        rows[name] = len(label)
+    spec.metadata["num_rows"] = rows
+    spec.save(str(out))
+    print(json.dumps({"rows": rows, "cardinalities": cards,
+                      "malformed": sum(d["malformed"] for d in days.values())}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""A rank killed mid-training: the job ends non-zero within a bound and the last checkpoint loads.
+
+`horovodrun -np 2 python main.py` trains the tiny hybrid-parallel model (sharded tables) with a
+checkpoint every 2 steps. Once a checkpoint is complete, rank 0 — the coordinator, and the rank that
+renames finished checkpoints — is SIGKILLed. The surviving rank must not hang: its next collective
+fails (Gloo sees the closed connection), it exits non-zero and the launcher ends the job, all within
+`FAILURE_BOUND_SECONDS` (Horovod's stall shutdown, 30 s in tests, is the backstop for a rank stuck
+waiting on a peer that is alive but silent). The newest complete checkpoint must then restore into a
+one-process model (`main.py --mode eval`), and no half-written `step_*` directory may be visible.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+
+import pytest
+
+from tests.multirank import finish, run_single, start_ranks
+from tests.test_hybrid_parallel import CARDINALITIES, train_flags
+
+FAILURE_BOUND_SECONDS = 45.0
+
+
+def _rank_pids(launcher_pid: int) -> dict:
+    """{rank: pid} of the python processes in the launcher's process group (by HOROVOD_RANK)."""
+    pids = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != launcher_pid:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        except (OSError, ProcessLookupError):
+            continue
+        if any(arg.endswith(b"main.py") for arg in cmdline) and b"HOROVOD_RANK" in environ:
+            pids[int(environ[b"HOROVOD_RANK"])] = int(entry)
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(condition, timeout: float, poll: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll)
+    return False
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable():
+    from dlrm.data.synthetic import generate_dataset
+    from dlrm.train import checkpoint
+
+    work = tempfile.mkdtemp(prefix="rank_failure_")
+    dataset = os.path.join(work, "data")
+    generate_dataset(dataset, CARDINALITIES, 16_000, 64, seed=4)  # 1000 steps: far more than we wait
+    root = os.path.join(work, "ckpt")
+    flags = train_flags(dataset, "adagrad", os.path.join(work, "run"), root, global_batch=16)
+    flags += ["--checkpoint_every", "2", "--log_every", "10"]
+
+    started = time.monotonic()
+    proc = start_ranks(2, ["main.py", *flags], result_dir=work)
+    try:
+        assert _wait_for(lambda: checkpoint.find_checkpoint(root) is not None or proc.poll() is not None,
+                         timeout=200), "no checkpoint within 200 s"
+        assert proc.poll() is None, "training ended before the kill"
+        pids = _rank_pids(proc.pid)
+        assert sorted(pids) == [0, 1], pids
+        time.sleep(0.5)  # mid-training, possibly mid-checkpoint
+        os.kill(pids[0], signal.SIGKILL)
+        killed_at = time.monotonic()
+        survivor_gone = _wait_for(lambda: not _alive(pids[1]), timeout=FAILURE_BOUND_SECONDS + 30)
+        survivor_seconds = time.monotonic() - killed_at
+    finally:
+        run = finish(proc, timeout=FAILURE_BOUND_SECONDS + 60 + (time.monotonic() - started), started=started,
+                     result_dir=work)
+    job_seconds = run.elapsed - (killed_at - started)
+    print(f"survivor exited {survivor_seconds:.1f} s, launcher {job_seconds:.1f} s after the kill")
+    assert survivor_gone and survivor_seconds < FAILURE_BOUND_SECONDS, run.stdout[-3000:]
+    assert not run.timed_out and run.returncode != 0
+    assert job_seconds < FAILURE_BOUND_SECONDS
+    assert "Process 0 exit with status code -9" in run.stdout + run.stderr or "signal 9" in run.stderr
+
+    # Only complete checkpoints are visible under step_* names; the newest one restores at world 1.
+    last = checkpoint.find_checkpoint(root)
+    assert last and os.path.exists(os.path.join(last, "meta.json"))
+    step = checkpoint.read_meta(last)["step"]
+    assert step >= 2 and step % 2 == 0
+    for name in os.listdir(root):
+        if name.startswith("step_") and not name.endswith(".tmp"):
+            assert os.path.exists(os.path.join(root, name, "meta.json")), name
+    restore = run_single(["main.py", *flags, "--mode", "eval", "--restore_checkpoint_path", last,
+                          "--save_checkpoint_path", os.path.join(work, "unused"),
+                          "--run_dir", os.path.join(work, "eval")], timeout=240)
+    restore.check()
+    assert f"at step {step}" in restore.stdout + restore.stderr
