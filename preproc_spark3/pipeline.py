@@ -26,7 +26,7 @@ from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction
 from preproc_spark3.raw_input import find_day_files, read_numbered_lines
 from preproc_spark3.session import start_session
 from preproc_spark3.to_binary import convert_split
-from preproc_spark3.transform import test_lines, transform, write_parquet
+from preproc_spark3.transform import first_half_lines, transform, write_parquet
 from preproc_spark3.validate import parse_lines
 
 log = logging.getLogger("preproc_spark3")
@@ -134,8 +134,8 @@ def _spec_metadata(config: PreprocConfig, result: PreprocessResult) -> dict:
             "train_days": list(config.train_days),
             "eval_day": config.eval_day,
             "dictionary_days": list(config.dictionary_days),
-            "test": f"day {config.eval_day} lines 1..{test_lines(eval_lines)} (first half)",
-            "validation": f"day {config.eval_day} lines {test_lines(eval_lines) + 1}..{eval_lines} (second half)",
+            "test": f"day {config.eval_day} lines 1..{first_half_lines(eval_lines)} (first half)",
+            "validation": f"day {config.eval_day} lines {first_half_lines(eval_lines) + 1}..{eval_lines} (second half)",
             "numerical_transform": f"log(max(x, 0) + {config.log_offset:g}), missing -> 0",
             "shuffle": {"enabled": config.shuffle, "seed": config.seed},
             "malformed_lines": result.malformed.malformed_lines,

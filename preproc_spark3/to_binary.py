@@ -59,8 +59,8 @@ def convert_split(split_dir: Path, out_dir: str, spec, mapping: str, batch_rows:
                 broken = _order_break(keys, previous)
                 if broken >= 0:
                     raise PreprocessError(
-                        f"{path}: row {broken} of a batch (split {mapping}) is out of order; the parquet part "
-                        "files do not hold the rows in (shuffle_key, day, line) order")
+                        f"{path}: row {rows + broken} of split {mapping} (0-based) is out of order; the parquet "
+                        "part files do not hold the rows in (shuffle_key, day, line) order")
                 if batch.num_rows:
                     previous = tuple(int(k[-1]) for k in keys)
                 writer.write(data[LABEL], np.stack([data[c] for c in NUMERICAL_COLUMNS], axis=1),

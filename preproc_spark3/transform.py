@@ -20,7 +20,7 @@ from preproc_spark3.config import (CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS
 ORDER_COLUMNS = ("shuffle_key", "day", "line")
 
 
-def test_lines(eval_day_lines: int) -> int:
+def first_half_lines(eval_day_lines: int) -> int:
     """Lines of the evaluation day that go to `test` (its first half; the larger one when N is odd)."""
     return (eval_day_lines + 1) // 2
 
@@ -46,7 +46,7 @@ def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig,
                                for c in columns])
 
     split = (F.when(F.col("day") != config.eval_day, F.lit(TRAIN))
-             .when(F.col("line") <= test_lines(eval_day_lines), F.lit(TEST))
+             .when(F.col("line") <= first_half_lines(eval_day_lines), F.lit(TEST))
              .otherwise(F.lit(VALIDATION)))
     if config.shuffle:
         shuffle_key = F.when(split == TRAIN, F.xxhash64(F.lit(config.seed), "day", "line")).otherwise(F.lit(0))

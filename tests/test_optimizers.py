@@ -177,3 +177,53 @@ def test_loss_scaled_sparse_adam_keeps_untouched_rows_in_a_tf_function():
     np.testing.assert_array_equal(table.numpy()[[1, 2, 4, 5]], np.ones([4, 2]))
     np.testing.assert_allclose(table.numpy()[[0, 3]], 1 - LR, rtol=1e-5)  # Adam's first step: lr
     assert not optimizer.slots_for(table)["m"].numpy()[[1, 2, 4, 5]].any()
+
+
+def train_tiny_model(name, steps=2, amp=False, xla=False):
+    """A few steps of the real model + optimizer; returns (model, initial table values)."""
+    from dlrm.config import ModelConfig
+    from dlrm.embedding.local import LocalEmbedding
+    from dlrm.model.dlrm import build_model
+
+    model = build_model(ModelConfig(embedding_dim=4, bottom_mlp=(8, 4), top_mlp=(8, 1), seed=1),
+                        LocalEmbedding([20, 30], 4, seed=1), amp=amp, xla=xla)
+    optimizer = build_optimizer(OptimizerConfig(**{**CONSTANT.__dict__, "optimizer": name}),
+                                ReferenceSchedule(CONSTANT))
+    variables = model.trainable_variables
+    optimizer.build(variables)
+    initial = [t.numpy().copy() for t in model.embeddings.tables]
+    rng = np.random.default_rng(0)
+    numerical = tf.constant(rng.normal(size=(6, 13)).astype(np.float32))
+    categorical = tf.constant([[0, 5], [3, 5], [3, 7], [0, 29], [3, 5], [19, 7]], tf.int32)
+    labels = tf.constant([1, 0, 1, 0, 0, 1], tf.float32)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            logits = model(numerical, categorical, training=True)
+            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+        optimizer.apply(zip(tape.gradient(loss, variables), variables))
+
+    for _ in range(steps):
+        step()
+    return model, optimizer, initial, categorical.numpy()
+
+
+@pytest.mark.parametrize("name,amp,xla", [("sgd", True, True), ("adagrad", False, True), ("adam", True, False)])
+def test_model_training_updates_only_looked_up_rows(name, amp, xla):
+    model, optimizer, initial, ids = train_tiny_model(name, amp=amp, xla=xla)
+    for t, table in enumerate(model.embeddings.tables):
+        used = np.unique(ids[:, t])
+        unused = np.setdiff1d(np.arange(table.shape[0]), used)
+        np.testing.assert_array_equal(table.numpy()[unused], initial[t][unused])
+        assert (table.numpy()[used] != initial[t][used]).any(axis=1).all()
+        for slot in optimizer.slots_for(table).values():  # untouched slot rows keep their start value
+            np.testing.assert_array_equal(slot.numpy()[unused], np.float32(optimizer.slot_initial_value))
+            assert (slot.numpy()[used] != np.float32(optimizer.slot_initial_value)).any(axis=1).all()
+
+
+def test_training_is_bit_identical_when_repeated():
+    first, _, _, _ = train_tiny_model("adam", steps=3)
+    second, _, _, _ = train_tiny_model("adam", steps=3)
+    for a, b in zip(first.trainable_variables, second.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())

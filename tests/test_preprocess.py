@@ -23,7 +23,7 @@ from preproc_spark3.config import (MalformedInputError, PreprocConfig, Preproces
                                    parse_thresholds)
 from preproc_spark3.pipeline import run
 from preproc_spark3.session import spark_conf, start_session
-from preproc_spark3.to_binary import part_files
+from preproc_spark3.to_binary import convert_split, part_files
 from reference_preprocess import reference_preprocess
 
 pytestmark = pytest.mark.spark
@@ -195,6 +195,24 @@ def test_shuffle_is_a_deterministic_permutation(spark, outputs, raw_dir, tmp_pat
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "4")
     assert _read_files(tmp_path / "a") == _read_files(tmp_path / "b")
+
+
+def test_conversion_rejects_rows_out_of_order(tmp_path):
+    """The binary conversion trusts no part-file order it has not checked."""
+    import pyarrow as pa
+
+    split_dir = tmp_path / "parquet" / "split=train"
+    split_dir.mkdir(parents=True)
+    n = 3
+    columns = {"label": pa.array([0.0, 1.0, 0.0], pa.float32()), "shuffle_key": pa.array([0] * n, pa.int64()),
+               "day": pa.array([0] * n, pa.int32()), "line": pa.array([1, 3, 2], pa.int64())}
+    columns.update({f"I{i}": pa.array([0.5] * n, pa.float32()) for i in range(1, 14)})
+    columns.update({f"C{i}": pa.array([1] * n, pa.int32()) for i in range(1, 27)})
+    pq.write_table(pa.table(columns), split_dir / "part-00000-x.c000.snappy.parquet")
+    spec = FeatureSpec.criteo_like([5] * 26, mappings=("train",))
+    with pytest.raises(PreprocessError, match=r"part-00000-x.*: row 2 of split train .*out of order"):
+        convert_split(split_dir, str(tmp_path / "out"), spec, "train", batch_rows=2)
+    assert not (tmp_path / "out" / "train" / "label.bin").exists()  # the writer aborted: nothing published
 
 
 def test_flag_parsing():

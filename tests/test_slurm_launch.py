@@ -155,6 +155,7 @@ def test_sbatch_template_trains_sharded_on_two_nodes(slurm_cluster, two_node_job
     assert info["NumNodes"] == "2" and info["NodeList"] == "n[1-2]", info
     # both ranks ran (one log per rank) and rank 0 reported the world size
     assert sorted(p.name for p in (job["dir"] / "logs").glob("rank-*.log")) == ["rank-0.log", "rank-1.log"]
+    assert "restart 0: 2 nodes (n[1-2]) x 1 tasks, launcher srun" in (job["dir"] / "logs" / "batch.log").read_text()
     assert "world size 2" in (job["dir"] / "logs" / "rank-0.log").read_text(), report
     # logged AUC: a real evaluation of the trained model
     last = final_eval(job["dir"])

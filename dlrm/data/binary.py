@@ -22,6 +22,9 @@ from dlrm.data.feature_spec import (CATEGORICAL_CHANNEL, LABEL_CHANNEL, NUMERICA
                                     FeatureSpec)
 
 PARTIAL_BATCH_RULES = ("keep", "drop")
+# A batch is split over the decode threads only when every thread gets at least this many rows:
+# below it the hand-off between threads costs more than the decoding it shares.
+MIN_ROWS_PER_DECODE_THREAD = 8192
 
 
 @dataclass
@@ -211,7 +214,8 @@ class BatchReader:
       ever skipped.
     - `len(reader)` is the number of global batches in an epoch. The first iteration starts at
       `start_batch` (resume mid-epoch), later iterations at 0; `iter_from(i)` starts anywhere.
-    - `prefetch` batches are decoded ahead by `threads` background threads (0: decode inline).
+    - `prefetch` batches are decoded ahead by a background thread (0: decode inline, one thread);
+      with `threads=k` each batch's rows are split into k contiguous ranges decoded in parallel.
     - Opening checks the files (exist, whole records, equal row counts); every decoded row is
       checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
       so the checks are always on; errors name the file, the feature and the row.
@@ -279,24 +283,42 @@ class BatchReader:
         return first + begin, first + end
 
     def read_batch(self, index: int) -> Batch:
-        """Decode global batch `index` (this rank's slice) synchronously."""
+        """Decode global batch `index` (this rank's slice) synchronously, on the calling thread."""
+        return self._read_batch(index, None)
+
+    def _read_batch(self, index: int, helpers: "_DecodeHelpers | None") -> Batch:
+        """Decode batch `index`; with `helpers`, its rows are split over them and the calling thread."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         begin, end = self.local_rows(index)
         n = end - begin
         global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
         label = np.empty(n, dtype=np.float32)
+        numerical = np.empty((n, self.num_numerical), dtype=np.float32)
+        categorical = np.empty((n, self.num_categorical), dtype=np.int32)
+        parts = 1 if helpers is None else max(1, min(helpers.count + 1, n // MIN_ROWS_PER_DECODE_THREAD))
+        tasks = []
+        for part in range(parts):
+            lo, hi = rank_slice(n, part, parts)
+            tasks.append(lambda lo=lo, hi=hi: self._decode_rows(begin + lo, begin + hi, label[lo:hi],
+                                                                numerical[lo:hi], categorical[lo:hi]))
+        if parts == 1:
+            tasks[0]()
+        else:
+            helpers.run(tasks[0], tasks[1:])
+        return Batch(numerical, categorical, label, global_rows, index, begin)
+
+    def _decode_rows(self, begin: int, end: int, label: np.ndarray, numerical: np.ndarray,
+                     categorical: np.ndarray) -> None:
+        """Decode dataset rows [begin, end) straight from the file mappings into the given arrays."""
         bad = decode.decode_label(self._label[begin:end], label)
         if bad >= 0:
             raise DataError(f"label byte {int(self._label[begin + bad])} is not 0 or 1", self.label_chunk.path,
                             self.label_chunk.features[0], begin + bad)
-        numerical = np.empty((n, self.num_numerical), dtype=np.float32)
         if self._numerical is not None:
             self._decode_numerical(begin, end, numerical)
-        categorical = np.empty((n, self.num_categorical), dtype=np.int32)
         if self._columns:
             self._decode_categorical(begin, end, categorical)
-        return Batch(numerical, categorical, label, global_rows, index, begin)
 
     def _decode_numerical(self, begin: int, end: int, out: np.ndarray) -> None:
         width = self.num_numerical
@@ -319,18 +341,18 @@ class BatchReader:
             if not cols:  # the kernel takes one tuple per dtype; an empty group gets an unused dummy
                 cols = (_read_only_empty(dtype),)
             args += [cols, targets]
-        table, row = decode.decode_categorical(*args, self._cards, self._scratch(end - begin), out)
+        table, row = decode.decode_categorical(*args, self._cards, self._scratch(), out)
         if table >= 0:
             chunk = self.categorical_chunks[table]
             value = int(self._columns[table][begin + row])
             raise DataError(f"id {value} is outside [0, {self._cards[table]})", chunk.path, chunk.features[0],
                             begin + row)
 
-    def _scratch(self, rows: int) -> np.ndarray:
-        """Per-thread int32 scratch [tables rounded up to even, rows] for the categorical kernel."""
+    def _scratch(self) -> np.ndarray:
+        """Per-thread int32 scratch [tables, block rows + pad] for the categorical kernel."""
         wide = getattr(self._thread_local, "wide", None)
-        if wide is None or wide.shape[1] < rows:
-            wide = np.empty((self.num_categorical + self.num_categorical % 2, rows), dtype=np.int32)
+        if wide is None:
+            wide = np.empty((self.num_categorical, decode.CATEGORICAL_BLOCK_ROWS + decode.SCRATCH_PAD), dtype=np.int32)
             self._thread_local.wide = wide
         return wide
 
@@ -346,7 +368,7 @@ class BatchReader:
             raise ValueError(f"first_batch {first_batch} is outside [0, {self.num_batches}]")
         if self.prefetch == 0:
             return (self.read_batch(i) for i in range(first_batch, self.num_batches))
-        return _prefetched(self.read_batch, range(first_batch, self.num_batches), self.prefetch, self.threads)
+        return _prefetched(self._read_batch, range(first_batch, self.num_batches), self.prefetch, self.threads - 1)
 
     def check_all(self) -> int:
         """Decode every row of the mapping once (all ranks' rows, partial batch included) to surface
@@ -362,50 +384,101 @@ class _Failure:
         self.error = error
 
 
-def _prefetched(produce, indices: range, prefetch: int, threads: int) -> Iterator[Batch]:
-    """Run `produce(i)` for `indices` in `threads` background threads, yield results in order.
+class _DecodeHelpers:
+    """`count` threads that each decode one row range of a batch while the caller decodes another.
 
-    Thread k produces indices k, k+threads, ... into its own bounded queue; the consumer takes from
-    the queues round-robin, so order is preserved and at most ~`prefetch` batches wait in memory.
-    Stops the threads when the consumer stops early (generator close / garbage collection).
+    The decode kernels release the GIL, so the ranges run in parallel. `close()` stops the threads.
     """
-    threads = max(1, min(threads, len(indices) or 1))
-    depth = max(1, -(-prefetch // threads))
-    queues = [queue.Queue(maxsize=depth) for _ in range(threads)]
+
+    def __init__(self, count: int):
+        self.count = count
+        self._tasks = [queue.SimpleQueue() for _ in range(count)]
+        self._done = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._serve, args=(tasks,), daemon=True, name=f"batch-decode-{k}")
+                         for k, tasks in enumerate(self._tasks)]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self, tasks: queue.SimpleQueue) -> None:
+        while True:
+            task = tasks.get()
+            if task is None:
+                return
+            try:
+                task()
+                self._done.put(None)
+            except BaseException as error:  # handed back to run()
+                self._done.put(error)
+
+    def run(self, first, others) -> None:
+        """Run `first` here and each of `others` on a helper; wait for all. Of several data errors
+        the one at the earliest row is raised (the one a single thread would have met first)."""
+        for tasks, task in zip(self._tasks, others):
+            tasks.put(task)
+        errors = []
+        try:
+            first()
+        except BaseException as error:
+            errors.append(error)
+        for _ in others:
+            error = self._done.get()
+            if error is not None:
+                errors.append(error)
+        if errors:
+            data_errors = [e for e in errors if isinstance(e, DataError) and e.row is not None]
+            if len(data_errors) == len(errors):
+                raise min(data_errors, key=lambda e: e.row)
+            raise next(e for e in errors if e not in data_errors)
+
+    def close(self) -> None:
+        for tasks in self._tasks:
+            tasks.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+
+def _prefetched(produce, indices: range, prefetch: int, helpers: int) -> Iterator[Batch]:
+    """Run `produce(i, decode_helpers)` for `indices` in a background thread, yield results in order.
+
+    At most `prefetch` decoded batches wait in the queue; with `helpers` > 0 each batch's rows are
+    split between the producer and that many helper threads. Stops all threads when the consumer
+    stops early (generator close / garbage collection).
+    """
+    batches = queue.Queue(maxsize=max(1, prefetch))
     stop = threading.Event()
 
-    def put(q: queue.Queue, item) -> bool:
+    def put(item) -> bool:
         while not stop.is_set():
             try:
-                q.put(item, timeout=0.1)
+                batches.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def work(k: int) -> None:
+    def work(decode_helpers) -> None:
         try:
-            for i in indices[k::threads]:
-                if not put(queues[k], produce(i)):
+            for i in indices:
+                if not put(produce(i, decode_helpers)):
                     return
         except BaseException as error:  # handed to the consumer, raised there
-            put(queues[k], _Failure(error))
+            put(_Failure(error))
 
     def consume() -> Iterator[Batch]:
         # threads start on the first next(), so an iterator that is never used leaks nothing
-        workers = [threading.Thread(target=work, args=(k,), daemon=True, name=f"batch-prefetch-{k}")
-                   for k in range(threads)]
-        for w in workers:
-            w.start()
+        decode_helpers = _DecodeHelpers(helpers) if helpers > 0 and len(indices) else None
+        worker = threading.Thread(target=work, args=(decode_helpers,), daemon=True, name="batch-prefetch")
+        worker.start()
         try:
-            for n in range(len(indices)):
-                item = queues[n % threads].get()
+            for _ in range(len(indices)):
+                item = batches.get()
                 if isinstance(item, _Failure):
                     raise item.error
                 yield item
         finally:
             stop.set()
-            for w in workers:
-                w.join(timeout=10)
+            worker.join(timeout=10)
+            if decode_helpers is not None:
+                decode_helpers.close()
 
     return consume()

@@ -72,16 +72,24 @@ def decode_single(src, out):
     return -1
 
 
+# Rows per block of the categorical kernel: the block's scratch (tables x rows int32) and its slice of
+# the output stay in L2. The scratch rows are padded so their stride is not a multiple of 4 KiB
+# (26 loads 4 KiB apart would all hit the same L1 cache set).
+CATEGORICAL_BLOCK_ROWS = 2048
+SCRATCH_PAD = 16
+
+
 @numba.njit(nogil=True, cache=True, inline="always")
-def _widen_group(cols, targets, wide, lo, hi):
-    """Copy each id column to its row of `wide` as int32, tracking per-table min and max."""
+def _widen_block(cols, targets, wide, r0, r1, lo, hi):
+    """Copy rows [r0, r1) of each id column to its row of `wide` as int32, noting min and max."""
+    m = r1 - r0
     for k in range(targets.shape[0]):
-        col = cols[k]
+        col = cols[k][r0:r1]
         j = targets[k]
-        row = wide[j]
+        row = wide[j, :m]
         low = np.int32(0)
         high = np.int32(0)
-        for r in range(col.shape[0]):
+        for r in range(m):
             v = np.int32(col[r])
             low = min(low, v)
             high = max(high, v)
@@ -95,35 +103,33 @@ def decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, ca
     """Id columns grouped by stored dtype -> out int32 [rows, tables] (C order).
 
     `colsN` is a tuple of the int-N columns (a dummy 1-tuple when the group is empty), `targetsN`
-    their table indices, `wide` an int32 scratch of at least [tables rounded up to even, rows].
-    Columns are first widened into `wide` (contiguous, vectorised, with the range check), then
-    transposed two tables at a time with 64-bit stores, which halves the scattered writes.
+    their table indices, `wide` an int32 scratch [tables, CATEGORICAL_BLOCK_ROWS + SCRATCH_PAD].
+    Rows go in cache-sized blocks: widen each column's block into `wide` (contiguous, vectorised,
+    with the range check), then transpose the block into `out` eight tables at a time (the fixed
+    inner width lets the compiler emit one vector store per row and group).
     Returns (table, row) of the first id outside [0, cardinality), else (-1, -1).
     """
     n, tables = out.shape
     lo = np.zeros(tables, dtype=np.int32)
     hi = np.zeros(tables, dtype=np.int32)
-    _widen_group(cols8, targets8, wide, lo, hi)
-    _widen_group(cols16, targets16, wide, lo, hi)
-    _widen_group(cols32, targets32, wide, lo, hi)
-    for j in range(tables):
-        if lo[j] < 0 or hi[j] >= cards[j]:
-            for r in range(n):
-                if wide[j, r] < 0 or wide[j, r] >= cards[j]:
-                    return j, r
-    if tables % 2 == 0:
-        pairs = tables // 2
-        bits = wide.view(np.uint32)
-        out64 = out.reshape(-1).view(np.uint64)
-        for r0 in range(0, n, 256):
-            r1 = min(n, r0 + 256)
-            for p in range(pairs):
-                low_half = bits[2 * p]
-                high_half = bits[2 * p + 1]
-                for r in range(r0, r1):
-                    out64[r * pairs + p] = np.uint64(low_half[r]) | (np.uint64(high_half[r]) << np.uint64(32))
-    else:
-        for r in range(n):
-            for j in range(tables):
-                out[r, j] = wide[j, r]
+    grouped = tables - tables % 8
+    for r0 in range(0, n, CATEGORICAL_BLOCK_ROWS):
+        r1 = min(n, r0 + CATEGORICAL_BLOCK_ROWS)
+        m = r1 - r0
+        _widen_block(cols8, targets8, wide, r0, r1, lo, hi)
+        _widen_block(cols16, targets16, wide, r0, r1, lo, hi)
+        _widen_block(cols32, targets32, wide, r0, r1, lo, hi)
+        for j in range(tables):
+            if lo[j] < 0 or hi[j] >= cards[j]:
+                for r in range(m):
+                    if wide[j, r] < 0 or wide[j, r] >= cards[j]:
+                        return j, r0 + r
+        dst = out[r0:r1]
+        for j0 in range(0, grouped, 8):
+            for r in range(m):
+                for q in range(8):
+                    dst[r, j0 + q] = wide[j0 + q, r]
+        for r in range(m):
+            for j in range(grouped, tables):
+                dst[r, j] = wide[j, r]
     return -1, -1

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from dlrm.data.auc import roc_auc
+from dlrm.metrics import exact_auc
 from dlrm.data.binary import Batch, BatchReader
 from dlrm.data.feature_spec import FeatureSpec
 
@@ -63,7 +63,7 @@ def logistic_regression_auc(spec: FeatureSpec, max_ids: int = 64, epochs: int = 
             bias -= learning_rate * grad_b / np.sqrt(g_b)
     test_ids, test_x = features(test)
     scores = bias + w_ids[test_ids].sum(axis=1) + ((test_x - mean) / std) @ w_x
-    return {"lr_auc": roc_auc(test.label, scores), "bayes_auc": spec.metadata.get("bayes_auc"),
+    return {"lr_auc": exact_auc(test.label, scores), "bayes_auc": spec.metadata.get("bayes_auc"),
             "train_rows": int(n), "test_rows": int(test_ids.shape[0])}
 
 

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from dlrm.data.auc import roc_auc
+from dlrm.metrics import exact_auc
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities
 from dlrm.data.feature_spec import FeatureSpec
@@ -242,7 +242,7 @@ def generate_dataset(out_dir: str, cardinalities: Sequence[int], train_rows: int
     spec.metadata = {
         "num_rows": {"train": int(train_rows), "test": int(test_rows)},
         "seed": int(seed),
-        "bayes_auc": roc_auc(test_y, test_p) if test_rows else None,
+        "bayes_auc": exact_auc(test_y, test_p) if test_rows else None,
         "bayes_logloss": _logloss(test_y, test_p) if test_rows else None,
         "positive_rate": {"train": float(train_y.mean()) if train_rows else None,
                           "test": float(test_y.mean()) if test_rows else None},

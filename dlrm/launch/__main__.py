@@ -40,7 +40,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.collect:
         from dlrm.launch.collect import collect
 
-        result = collect(args.collect)
+        try:
+            result = collect(args.collect)
+        except FileNotFoundError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         with open(result["markdown"]) as f:
             print(f.read(), end="")
         print(f"wrote {result['csv']}, {result['markdown']}, {result['plot']}")

@@ -1,0 +1,225 @@
+"""Scaling benchmark: samples/s and the share of step time spent in all-to-all and allreduce.
+
+World sizes 1 and 2 on this machine at one fixed global batch, both with the trainer's real step
+(`dlrm.train.trainer.make_train_step`): world 1 uses `LocalEmbedding`, world 2 the hybrid-parallel
+`DistributedEmbedding` (tables placed by the planner) over Horovod/Gloo. Cores are split, not
+multiplied: world 1 runs 2 intra-op threads, each of the 2 ranks runs 1 (the machine has 2 cores).
+
+Collective time comes from Horovod's own timeline (HOROVOD_TIMELINE, written by rank 0): inside the
+timed windows we take the wall time covered by the execution phases of ALLTOALL ops, of
+ALLREDUCE/ALLGATHER ops (gradient averaging, replicated-table gradients, the logged loss), and by
+any Horovod phase at all including NEGOTIATE (a tensor waiting until every rank has submitted it:
+synchronisation and load imbalance). Overlapping tensors are counted once (interval union). Shares
+are relative to the wall time of the same windows.
+
+Usage (driver: generates data, alternates world sizes, writes JSON + markdown):
+    .venv/bin/python benchmarks/scaling.py [--rounds 2] [--windows 3] [--window_seconds 5]
+The driver runs each world size `--rounds` times, alternating (1, 2, 1, 2, ...), and reports medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+GLOBAL_BATCH = 4096
+TRAIN_ROWS = 65536
+
+
+def model_flags(dataset: str, threads: int) -> list:
+    """The embedded demo's model (tiny preset, dim 16) with plain SGD, at a fixed global batch."""
+    return ["--dataset_path", dataset, "--embedding_dim", "16", "--bottom_mlp_dims", "64-32-16",
+            "--top_mlp_dims", "256-128-1", "--optimizer", "sgd", "--learning_rate", "0.1",
+            "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", str(GLOBAL_BATCH),
+            "--intra_op_threads", str(threads), "--run_dir", tempfile.mkdtemp(prefix="scaling_run_")]
+
+
+# -------------------------------------------------------------------------------- timeline
+_EVENT = re.compile(r"\{[^{}]*(?:\{[^{}]*\}[^{}]*)?\}")
+
+
+def _union_seconds(intervals: list) -> float:
+    """Length of the union of [t0, t1) intervals (concurrent tensors are not double counted)."""
+    total, end = 0.0, None
+    for t0, t1 in sorted(intervals):
+        if end is None or t0 > end:
+            total += t1 - t0
+            end = t1
+        elif t1 > end:
+            total += t1 - end
+            end = t1
+    return total / 1e6
+
+
+def collective_seconds(timeline_path: str, begin_us: float, end_us: float) -> dict:
+    """Wall seconds inside [begin_us, end_us) (epoch microseconds) during which Horovod was executing
+    an all-to-all, executing an allreduce/allgather, or doing anything at all (incl. negotiation)."""
+    text = Path(timeline_path).read_text()
+    start = None
+    stacks: dict = {}
+    intervals = {"alltoall": [], "allreduce": [], "any_collective": []}
+    for raw in _EVENT.findall(text):
+        try:
+            event = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        if event.get("name") == "process_name" and "start_time_since_epoch_in_micros" in event.get("args", {}):
+            start = event["args"]["start_time_since_epoch_in_micros"]
+            continue
+        if start is None or event.get("ph") not in ("B", "E"):
+            continue
+        stack = stacks.setdefault(event["pid"], [])
+        if event["ph"] == "B":
+            stack.append((event["name"], event["ts"]))
+            continue
+        if not stack:
+            continue
+        name, began = stack.pop()
+        if stack:  # nested phase (e.g. GLOO_ALLREDUCE inside ALLREDUCE): covered by its parent
+            continue
+        t0, t1 = max(start + began, begin_us), min(start + event["ts"], end_us)
+        if t1 <= t0:
+            continue
+        intervals["any_collective"].append((t0, t1))
+        if name == "ALLTOALL":
+            intervals["alltoall"].append((t0, t1))
+        elif name in ("ALLREDUCE", "ALLGATHER", "BROADCAST", "REDUCESCATTER"):
+            intervals["allreduce"].append((t0, t1))
+    return {key: _union_seconds(value) for key, value in intervals.items()}
+
+
+# -------------------------------------------------------------------------------- worker
+def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    from dlrm import dist
+    from dlrm.cli import parse_config
+    from dlrm.train import trainer
+
+    world = dist.launcher_world().size
+    config = parse_config(model_flags(dataset, threads=2 // world))
+    trainer.configure_tensorflow(config.train)
+    dist.init()
+    parts = trainer.build_parts(config, dataset, with_optimizer=True)
+    step = trainer.make_train_step(parts)
+    batches = []
+    for batch in trainer.make_reader(parts, "train", GLOBAL_BATCH, partial_batch="drop"):
+        batches.append((tf.constant(batch.numerical), tf.constant(batch.categorical), tf.constant(batch.label),
+                        tf.constant(np.float32(batch.global_rows))))
+    for i in range(5):  # warm-up: tracing, first allocations
+        step(*batches[i % len(batches)]).numpy()
+    records, i = [], 0
+    for _ in range(windows):
+        dist.barrier()
+        began, steps = time.time(), 0
+        while time.time() - began < window_seconds:
+            step(*batches[i % len(batches)]).numpy()
+            i, steps = i + 1, steps + 1
+        dist.barrier()
+        ended = time.time()
+        records.append({"begin_us": began * 1e6, "end_us": ended * 1e6, "steps": steps,
+                        "samples_per_sec": steps * GLOBAL_BATCH / (ended - began)})
+    if dist.rank() == 0:
+        plan = getattr(parts.embeddings, "plan", None)
+        Path(out).write_text(json.dumps({"world_size": dist.size(), "windows": records,
+                                         "plan_kinds": [t.kind for t in plan.tables] if plan else None}))
+
+
+# -------------------------------------------------------------------------------- driver
+def run_world(world: int, dataset: str, args) -> dict:
+    out = tempfile.mktemp(prefix=f"scaling_w{world}_", suffix=".json")
+    timeline = tempfile.mktemp(prefix=f"scaling_timeline_w{world}_", suffix=".json")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", HOROVOD_TIMELINE=timeline,
+               HOROVOD_STALL_CHECK_TIME_SECONDS="5", HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="30")
+    command = [sys.executable, __file__, "--worker", dataset, "--windows", str(args.windows),
+               "--window_seconds", str(args.window_seconds), "--out", out]
+    if world > 1:
+        command = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(world), "-H",
+                   f"localhost:{world}", "--gloo", *command]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=600,
+                   stdout=subprocess.DEVNULL if not args.verbose else None)
+    result = json.loads(Path(out).read_text())
+    for record in result["windows"]:
+        wall = (record["end_us"] - record["begin_us"]) / 1e6
+        seconds = collective_seconds(timeline, record["begin_us"], record["end_us"]) \
+            if os.path.exists(timeline) else {"alltoall": 0.0, "allreduce": 0.0, "any_collective": 0.0}
+        record.update({f"{k}_share": v / wall for k, v in seconds.items()})
+    return result
+
+
+def summarise(runs: list) -> list:
+    rows = []
+    for world in sorted({r["world_size"] for r in runs}):
+        windows = [w for r in runs if r["world_size"] == world for w in r["windows"]]
+        rows.append({
+            "world_size": world,
+            "windows": len(windows),
+            "samples_per_sec": statistics.median(w["samples_per_sec"] for w in windows),
+            "alltoall_share": statistics.median(w["alltoall_share"] for w in windows),
+            "allreduce_share": statistics.median(w["allreduce_share"] for w in windows),
+            "any_collective_share": statistics.median(w["any_collective_share"] for w in windows),
+            "plan_kinds": next(r["plan_kinds"] for r in runs if r["world_size"] == world),
+        })
+    return rows
+
+
+def markdown(rows: list, meta: dict) -> str:
+    base = rows[0]["samples_per_sec"]
+    lines = [f"Scaling at global batch {GLOBAL_BATCH} ({meta['date']}, {meta['machine']}); "
+             f"command: `{meta['command']}`", "",
+             "| world size | samples/s (median) | vs world 1 | all-to-all share | allreduce share | "
+             "any Horovod activity (incl. negotiation) | windows |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['world_size']} | {row['samples_per_sec']:,.0f} | {row['samples_per_sec'] / base:.2f}x | "
+                     f"{100 * row['alltoall_share']:.1f}% | {100 * row['allreduce_share']:.1f}% | "
+                     f"{100 * row['any_collective_share']:.1f}% | {row['windows']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--worker", metavar="DATASET")
+    parser.add_argument("--out")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--window_seconds", type=float, default=5.0)
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker, args.windows, args.window_seconds, args.out)
+        return
+    from dlrm.data.criteo import preset_cardinalities
+    from dlrm.data.synthetic import generate_dataset
+
+    dataset = tempfile.mkdtemp(prefix="scaling_data_")
+    generate_dataset(dataset, preset_cardinalities("tiny"), TRAIN_ROWS, 1024, seed=7)
+    runs = []
+    for _ in range(args.rounds):
+        for world in (1, 2):  # alternating, so machine noise hits both alike
+            runs.append(run_world(world, dataset, args))
+    rows = summarise(runs)
+    flags = subprocess.run(["grep", "-o", "-m1", "-w", "-E", "avx512f|avx512_bf16|avx2", "/proc/cpuinfo"],
+                           capture_output=True, text=True).stdout.split()
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{os.cpu_count()} cores, CPU flags {sorted(set(flags))}, shared with other jobs",
+            "command": "python " + " ".join(["benchmarks/scaling.py", *sys.argv[1:]]),
+            "global_batch": GLOBAL_BATCH}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scaling.json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
+    table = markdown(rows, meta)
+    (RESULTS / "scaling.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
