@@ -142,14 +142,20 @@ def main(argv=None) -> int:
 
     variants = {"raw_1_stream": [], "raw_2_streams": [], "reader_1_thread": [], "reader_2_threads": []}
     load = {name: [] for name in variants}
+    cpu_ms_per_batch = {name: [] for name in variants}  # process CPU time per batch's worth of bytes
+    batch_bytes = args.batch * record
     for _ in range(args.windows):
         for streams, name in ((1, "raw_1_stream"), (2, "raw_2_streams")):
             load[name].append(os.getloadavg()[0])
+            cpu = time.process_time()
             nbytes, secs = raw_read_window(paths, args.window_seconds, streams)
+            cpu_ms_per_batch[name].append((time.process_time() - cpu) * 1e3 * batch_bytes / nbytes)
             variants[name].append(nbytes / secs)
         for threads, name in ((1, "reader_1_thread"), (2, "reader_2_threads")):
             load[name].append(os.getloadavg()[0])
+            cpu = time.process_time()
             nbytes, secs, _ = reader_window(spec, args.batch, threads, args.window_seconds)
+            cpu_ms_per_batch[name].append((time.process_time() - cpu) * 1e3 * batch_bytes / nbytes)
             variants[name].append(nbytes / secs)
     median = {name: statistics.median(v) for name, v in variants.items()}
     readers = [name for name in variants if name.startswith("reader")]
@@ -165,6 +171,8 @@ def main(argv=None) -> int:
         "bytes_per_second": variants, "median_bytes_per_second": median,
         "median_samples_per_second": {name: v / record for name, v in median.items()},
         "load_average_1min_per_window": load,
+        "cpu_ms_per_batch_per_window": cpu_ms_per_batch,
+        "median_cpu_ms_per_batch": {name: statistics.median(v) for name, v in cpu_ms_per_batch.items()},
         "ratio_to_raw_1_stream_per_window": ratios,
         "median_ratio_to_raw_1_stream": {name: statistics.median(r) for name, r in ratios.items()},
         "ratio_to_best_raw_per_window": ratios_best,
@@ -177,8 +185,8 @@ def main(argv=None) -> int:
     table = [f"Loader benchmark ({result['date']}, {result['machine'].get('cpu', '?')}, "
              f"{result['machine']['cpus']} cores; preset {args.preset}, {args.rows:,} rows x {record} B, "
              f"global batch {args.batch:,}; median of {args.windows} alternating {args.window_seconds:g}-s windows)",
-             "", "| variant | MB/s | samples/s | ratio to raw 1 stream | ratio to best raw | load avg (1 min) |",
-             "|---|---:|---:|---:|---:|---|"]
+             "", "| variant | MB/s | samples/s | ratio to raw 1 stream | ratio to best raw | CPU ms per batch | "
+             "load avg (1 min) per window |", "|---|---:|---:|---:|---:|---:|---|"]
     for name in variants:
         if name in readers:
             ratio = f"{result['median_ratio_to_raw_1_stream'][name]:.2f}"
@@ -186,8 +194,9 @@ def main(argv=None) -> int:
         else:
             ratio, best = ("1.00" if name == "raw_1_stream" else "-"), "-"
         loads = ", ".join(f"{v:.1f}" for v in load[name])
+        cpu_ms = statistics.median(cpu_ms_per_batch[name])
         table.append(f"| {name.replace('_', ' ')} | {median[name] / 1e6:,.0f} | {median[name] / record:,.0f} | "
-                     f"{ratio} | {best} | {loads} |")
+                     f"{ratio} | {best} | {cpu_ms:.2f} | {loads} |")
     for name in readers:
         table.append("")
         table.append(f"Per-window ratios, {name.replace('_', ' ')} / raw 1 stream: "

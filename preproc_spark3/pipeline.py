@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
-from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig
+from preproc_spark3.config import (CATEGORICAL_COLUMNS, SPLITS, TEST, MalformedInputError, PreprocConfig,
+                                   PreprocessError)
 from preproc_spark3.dictionary import build_dictionary, cardinalities
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
 from preproc_spark3.raw_input import find_day_files, read_numbered_lines
@@ -95,7 +96,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     log.info("%s", malformed.describe())
     try:
         check_malformed_fraction(malformed, config.max_malformed_fraction)
-    except Exception:
+    except MalformedInputError:
         _write_report(out, config, result)
         if not config.keep_work:
             shutil.rmtree(work, ignore_errors=True)
@@ -115,6 +116,10 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
         for split in SPLITS:
             result.rows[split] = convert_split(out / "parquet" / f"split={split}", str(out), spec, split,
                                                config.conversion_batch_rows)
+        accounted = sum(result.rows.values()) + malformed.malformed_lines
+        if accounted != total_lines:  # every raw line is a dataset row or a quarantined line
+            raise PreprocessError(f"{total_lines} raw lines but {accounted} accounted for "
+                                  f"(rows {result.rows} + {malformed.malformed_lines} malformed)")
         spec.metadata.update(_spec_metadata(config, result))
         spec.save(str(out))
     if not config.keep_work:

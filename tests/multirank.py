@@ -10,8 +10,10 @@ reported with `timed_out=True`.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,7 +103,7 @@ def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: s
 def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 240,
               env: Optional[Dict[str, str]] = None, result_dir: Optional[str] = None) -> RankRun:
     """Run `python argv...` on `np` local ranks and return a `RankRun` (never hangs past `timeout`)."""
-    result_dir = result_dir or tempfile.mkdtemp(prefix="multirank_")
+    result_dir = result_dir or scratch_dir("multirank_")
     started = time.monotonic()
     return finish(start_ranks(np, argv, mpi, env, result_dir), timeout, started, result_dir)
 
@@ -109,7 +111,7 @@ def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 
 def run_single(argv: Sequence[str], timeout: float = 240, env: Optional[Dict[str, str]] = None,
                result_dir: Optional[str] = None) -> RankRun:
     """Run `python argv...` as ONE process without a launcher (world size 1), same environment."""
-    result_dir = result_dir or tempfile.mkdtemp(prefix="singlerank_")
+    result_dir = result_dir or scratch_dir("singlerank_")
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=rank_env(env, result_dir),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -118,6 +120,13 @@ def run_single(argv: Sequence[str], timeout: float = 240, env: Optional[Dict[str
 
 
 _MEMO: Dict[object, object] = {}
+
+
+def scratch_dir(prefix: str) -> str:
+    """A fresh temporary directory, removed when this (test) process exits."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def memoised(key, compute: Callable[[], object]):

@@ -131,3 +131,16 @@ def test_empty_mapping_reads_as_zero_batches(tmp_path):
     reader = BatchReader(spec, "train", 4)
     assert len(reader) == 0 and list(reader) == [] and reader.rows_skipped == 0
     assert len(BatchReader(spec, "test", 4)) == 2
+
+
+@pytest.mark.parametrize("tables", [26, 9, 3])
+def test_blocked_tiled_decode_is_exact(tmp_path, tables):
+    """The categorical kernel works in row blocks and 8x8 tiles: cover several blocks, a row count
+    that is not a multiple of 8, leftover tables beyond a multiple of 8, and fewer than 8 tables."""
+    from dlrm.data import decode
+
+    n = 2 * decode.CATEGORICAL_BLOCK_ROWS + 13
+    spec, data = make_dataset(tmp_path, n, cards=CARDS[:tables])
+    batch = BatchReader(spec, "train", n, prefetch=0).read_batch(0)
+    np.testing.assert_array_equal(batch.categorical, data["train"][2])
+    np.testing.assert_array_equal(batch.numerical.view(np.uint32), data["train"][1].astype(np.float32).view(np.uint32))

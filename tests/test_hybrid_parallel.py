@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dlrm.embedding.planner import slots_for_optimizer
-from tests.multirank import memoised, run_ranks, run_single
+from tests.multirank import memoised, run_ranks, run_single, scratch_dir
 
 # Tables: 0 row-sliced (1500 rows > budget of 1300 rows), 1 column-sliced (300 > 250 rows),
 # those of <= 6 rows replicated, the rest table-wise. Row = DIM float32 = 32 bytes.
@@ -98,7 +97,7 @@ def _worker(role: str, base: str, dataset: str, optimizers: list, restore_from: 
 def make_dataset() -> str:
     from dlrm.data.synthetic import GeneratorParams, generate_dataset
 
-    directory = tempfile.mkdtemp(prefix="hybrid_data_")
+    directory = scratch_dir("hybrid_data_")
     generate_dataset(directory, CARDINALITIES, TRAIN_ROWS, 32, seed=3,
                      params=GeneratorParams(zipf_exponent=0.3))  # ids spread over every row range
     return directory
@@ -116,7 +115,7 @@ def launch_optimizers(mpi: bool) -> list:
 def launch(world: int, mpi: bool = False, restore_from: str | None = None):
     """Train (and maybe restore) on `world` ranks; returns (RankRun, output directory)."""
     def go():
-        base = tempfile.mkdtemp(prefix=f"hybrid_{'mpi' if mpi else 'gloo'}{world}_")
+        base = scratch_dir(f"hybrid_{'mpi' if mpi else 'gloo'}{world}_")
         argv = ["tests/test_hybrid_parallel.py", "--worker", "ranks", base, _dataset(),
                 ",".join(launch_optimizers(mpi))]
         argv += [restore_from] if restore_from else []
@@ -127,7 +126,7 @@ def launch(world: int, mpi: bool = False, restore_from: str | None = None):
 def reference(restore_from: str | None = None):
     """The one-process run (LocalEmbedding, no launcher) with the same global batch."""
     def go():
-        base = tempfile.mkdtemp(prefix="hybrid_ref_")
+        base = scratch_dir("hybrid_ref_")
         argv = ["tests/test_hybrid_parallel.py", "--worker", "reference", base, _dataset(), ",".join(OPTIMIZERS)]
         argv += [restore_from] if restore_from else []
         return run_single(argv, timeout=240), base

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import time
 
 import pytest
 
-from tests.multirank import finish, run_single, start_ranks
+from tests.multirank import finish, run_single, scratch_dir, start_ranks
 from tests.test_hybrid_parallel import CARDINALITIES, train_flags
 
 FAILURE_BOUND_SECONDS = 45.0
@@ -81,7 +80,7 @@ def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable
     from dlrm.data.synthetic import generate_dataset
     from dlrm.train import checkpoint
 
-    work = tempfile.mkdtemp(prefix="rank_failure_")
+    work = scratch_dir("rank_failure_")
     dataset = os.path.join(work, "data")
     generate_dataset(dataset, CARDINALITIES, 16_000, 64, seed=4)  # 1000 steps: far more than we wait
     root = os.path.join(work, "ckpt")

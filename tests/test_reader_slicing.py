@@ -106,3 +106,39 @@ def test_argument_checks(dataset):
             BatchReader(spec, "train", 10, **kwargs)
     with pytest.raises(ValueError, match="global_batch_size"):
         BatchReader(spec, "train", 0)
+
+
+def test_rows_split_over_decode_threads(dataset, monkeypatch):
+    """threads=k splits each batch's rows over k threads; the result equals a one-thread decode."""
+    from dlrm.data import binary
+
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_DECODE_THREAD", 1)  # split even these small batches
+    spec, _ = dataset
+    inline = list(BatchReader(spec, "train", 50, prefetch=0))
+    split = list(BatchReader(spec, "train", 50, prefetch=2, threads=3))
+    assert [b.index for b in split] == [0, 1, 2]
+    for a, b in zip(inline, split):
+        np.testing.assert_array_equal(a.categorical, b.categorical)
+        np.testing.assert_array_equal(a.numerical.view(np.uint32), b.numerical.view(np.uint32))
+        np.testing.assert_array_equal(a.label, b.label)
+
+
+def test_held_batches_are_never_overwritten(dataset):
+    """Output arrays are reused only once nothing refers to them: held batches and views keep theirs."""
+    spec, _ = dataset
+    reader = BatchReader(spec, "train", 4, prefetch=2)
+    expected = [reader.read_batch(i).categorical.copy() for i in range(len(reader))]
+    held, views, addresses = [], [], set()
+    for batch in reader:
+        addresses.add(batch.categorical.ctypes.data)
+        if batch.index % 3 == 0:
+            held.append(batch)
+        elif batch.index % 3 == 1:
+            views.append((batch.index, batch.categorical[1:]))
+    for batch in held:
+        np.testing.assert_array_equal(batch.categorical, expected[batch.index])
+    for index, view in views:
+        np.testing.assert_array_equal(view, expected[index][1:])
+    # batches the consumer drops are reused: inline, two sets alternate (+1 for the smaller last batch)
+    inline = BatchReader(spec, "train", 4, prefetch=0)
+    assert len({b.categorical.ctypes.data for b in inline}) <= 3 < len(inline)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import mmap
 import os
 import queue
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Iterator, Sequence, Union
@@ -249,6 +250,7 @@ class BatchReader:
         self._iterated = False
         self._thread_local = threading.local()
         self._open_files()
+        self._buffers = _BatchBuffers(self.num_numerical, self.num_categorical, slots=prefetch + 2)
 
     def _open_files(self) -> None:
         by_channel = {LABEL_CHANNEL: [], NUMERICAL_CHANNEL: [], CATEGORICAL_CHANNEL: []}
@@ -293,9 +295,7 @@ class BatchReader:
         begin, end = self.local_rows(index)
         n = end - begin
         global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
-        label = np.empty(n, dtype=np.float32)
-        numerical = np.empty((n, self.num_numerical), dtype=np.float32)
-        categorical = np.empty((n, self.num_categorical), dtype=np.int32)
+        label, numerical, categorical = self._buffers.take(n)
         parts = 1 if helpers is None else max(1, min(helpers.count + 1, n // MIN_ROWS_PER_DECODE_THREAD))
         tasks = []
         for part in range(parts):
@@ -377,6 +377,52 @@ class BatchReader:
         for i in range(len(whole)):
             whole.read_batch(i)
         return whole.num_rows
+
+
+class _BatchBuffers:
+    """Output arrays for decoded batches, reused once nothing outside this pool refers to them.
+
+    Reusing a few sets of arrays keeps them in the CPU cache (a fresh 10 MB batch per step misses
+    it and costs memory bandwidth). A set is reused only when its reference counts show that only
+    the pool holds it: a `Batch` still held by the consumer, a view or a slice of its arrays, or a
+    tensor sharing their memory all keep it out of reuse, so a yielded batch is never overwritten
+    (code keeping only a raw pointer, e.g. `arr.ctypes.data`, must keep the array too).
+    When every set is in use, a fresh set replaces the oldest one in the pool (whoever holds the
+    old set keeps it; the pool forgets it), so batches kept for long never starve the pool.
+    """
+
+    _POOLED_REFS = 2  # the pool's tuple + getrefcount's argument
+
+    def __init__(self, num_numerical: int, num_categorical: int, slots: int):
+        self._shapes = (num_numerical, num_categorical)
+        self._slots = slots
+        self._sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._oldest = 0
+        self._lock = threading.Lock()
+
+    def _new(self, n: int):
+        width_numerical, width_categorical = self._shapes
+        return (np.empty(n, dtype=np.float32), np.empty((n, width_numerical), dtype=np.float32),
+                np.empty((n, width_categorical), dtype=np.int32))
+
+    def _unused(self, arrays) -> bool:
+        # index, don't iterate: a loop variable would add a reference of its own
+        return (sys.getrefcount(arrays[0]) == self._POOLED_REFS and sys.getrefcount(arrays[1]) == self._POOLED_REFS
+                and sys.getrefcount(arrays[2]) == self._POOLED_REFS)
+
+    def take(self, n: int):
+        """Arrays (label [n], numerical [n, F], categorical [n, T]) that no one else refers to."""
+        with self._lock:
+            for arrays in self._sets:
+                if arrays[0].shape[0] == n and self._unused(arrays):
+                    return arrays
+            arrays = self._new(n)
+            if len(self._sets) < self._slots:
+                self._sets.append(arrays)
+            elif self._slots:
+                self._sets[self._oldest] = arrays
+                self._oldest = (self._oldest + 1) % self._slots
+            return arrays
 
 
 class _Failure:
