@@ -116,17 +116,24 @@ def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
     for batch in trainer.make_reader(parts, "train", GLOBAL_BATCH, partial_batch="drop"):
         batches.append((tf.constant(batch.numerical), tf.constant(batch.categorical), tf.constant(batch.label),
                         tf.constant(np.float32(batch.global_rows))))
-    for i in range(5):  # warm-up: tracing, first allocations
+    for i in range(3):  # warm-up: tracing, first allocations
         step(*batches[i % len(batches)]).numpy()
+    began = time.time()
+    for i in range(3):
+        step(*batches[i % len(batches)]).numpy()
+    # Every rank must run the same number of steps (each step is collective): rank 0 decides.
+    steps_per_window = dist.broadcast_object(max(1, round(window_seconds / ((time.time() - began) / 3))),
+                                             root_rank=0, name="steps_per_window")
     records, i = [], 0
     for _ in range(windows):
         dist.barrier()
-        began, steps = time.time(), 0
-        while time.time() - began < window_seconds:
+        began = time.time()
+        for _ in range(steps_per_window):
             step(*batches[i % len(batches)]).numpy()
-            i, steps = i + 1, steps + 1
+            i += 1
         dist.barrier()
         ended = time.time()
+        steps = steps_per_window
         records.append({"begin_us": began * 1e6, "end_us": ended * 1e6, "steps": steps,
                         "samples_per_sec": steps * GLOBAL_BATCH / (ended - began)})
     if dist.rank() == 0:
