@@ -148,19 +148,11 @@ def losses(run_dir: str) -> list:
 
 
 def checkpoint_arrays(root: str) -> dict:
-    """{name: array} of a checkpoint: dense keys and whole tables per slot, read from its pieces."""
-    from dlrm.embedding.base import TablePiece
+    """{name: array} of a checkpoint (whole tables per slot, from its pieces) plus its step and world size."""
     from dlrm.train import checkpoint
 
-    directory = checkpoint.find_checkpoint(root)
-    assert directory, f"no complete checkpoint under {root}"
-    meta = checkpoint.read_meta(directory)
-    arrays = {f"dense/{key}": np.load(os.path.join(directory, "dense", f"{key}.npy"), allow_pickle=False)
-              for key in meta["dense_shapes"]}
-    for t, rows in enumerate(meta["model_shape"]["table_sizes"]):
-        for slot in sorted(os.listdir(os.path.join(directory, "embedding", f"t{t}"))):
-            saved = checkpoint._saved_pieces(directory, t, slot)
-            arrays[f"t{t}/{slot}"] = checkpoint.read_region(saved, TablePiece(t, 0, rows, 0, DIM))
+    arrays = checkpoint.read_arrays(root)
+    meta = checkpoint.read_meta(checkpoint.find_checkpoint(root))
     arrays["meta/step"] = np.array(meta["step"])
     arrays["meta/world_size"] = np.array(meta["world_size"])
     return arrays

@@ -9,6 +9,8 @@ import time
 import numpy as np
 import pytest
 
+from dlrm.train import checkpoint
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_STEPS = 100
 # 15,900 rows / 256 = 62 full batches + one of 28 rows: the run crosses two epoch ends and a short batch.
@@ -39,16 +41,6 @@ def _latest_step(ckpt_root):
         return -1
 
 
-def _arrays(checkpoint_dir):
-    out = {}
-    for directory, _, files in os.walk(checkpoint_dir):
-        for name in files:
-            if name.endswith(".npy"):
-                path = os.path.join(directory, name)
-                out[os.path.relpath(path, checkpoint_dir)] = np.load(path, allow_pickle=False)
-    return out
-
-
 @pytest.mark.slow
 def test_sigkill_then_restart_gives_bit_identical_weights(tmp_path):
     _run(_command(tmp_path, "uninterrupted"))  # also generates the dataset the second run reuses
@@ -74,9 +66,9 @@ def test_sigkill_then_restart_gives_bit_identical_weights(tmp_path):
     output = _run(command)  # the very same command
     assert f"restored {ckpt_root}/step_{killed_at:08d}" in output
 
-    reference = _arrays(str(tmp_path / "uninterrupted" / "ckpt" / f"step_{MAX_STEPS:08d}"))
-    resumed = _arrays(os.path.join(ckpt_root, f"step_{MAX_STEPS:08d}"))
+    reference = checkpoint.read_arrays(str(tmp_path / "uninterrupted" / "ckpt" / f"step_{MAX_STEPS:08d}"))
+    resumed = checkpoint.read_arrays(os.path.join(ckpt_root, f"step_{MAX_STEPS:08d}"))
     assert len(reference) > 20 and reference.keys() == resumed.keys()
     different = [key for key in reference if not np.array_equal(reference[key], resumed[key])]
     assert different == []
-    assert any(key.startswith("embedding/t0/m/") for key in reference)  # optimizer slots compared too
+    assert any(key == "t0/m" for key in reference)  # optimizer slots compared too

@@ -92,7 +92,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_pa
     assert checkpoint.find_checkpoint(ckpt_dir) == last_good == os.path.join(ckpt_dir, f"step_{failed_at - 1:08d}")
     assert checkpoint.complete_checkpoints(ckpt_dir)[-1] == f"step_{failed_at - 1:08d}"
     for name in checkpoint.complete_checkpoints(ckpt_dir):  # nothing non-finite was ever written
-        assert all(np.isfinite(a).all() for a in _checkpoint_arrays(os.path.join(ckpt_dir, name)).values())
+        assert all(np.isfinite(a).all() for a in checkpoint.read_arrays(os.path.join(ckpt_dir, name)).values())
     stopped = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "stopped"]
     assert [r["step"] for r in stopped] == [failed_at]
 
@@ -139,13 +139,3 @@ def test_metrics_log_plain_lines_and_torn_file(tmp_path, capsys):
     disabled = MetricsLog(str(tmp_path / "rank1"), enabled=False)
     disabled.train(1, 1.0, 1.0, 1.0, epoch=0.0)
     assert disabled.close() is None and not os.path.exists(tmp_path / "rank1")
-
-
-def _checkpoint_arrays(path):
-    arrays = {}
-    for directory, _, files in os.walk(path):
-        for name in files:
-            if name.endswith(".npy"):
-                full = os.path.join(directory, name)
-                arrays[os.path.relpath(full, path)] = np.load(full, allow_pickle=False)
-    return arrays

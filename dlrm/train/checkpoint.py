@@ -231,9 +231,6 @@ def saved_pieces(checkpoint_dir: str, table: int, slot: str) -> List[Tuple[Table
     return pieces
 
 
-_saved_pieces = saved_pieces  # older name, used by tests/test_hybrid_parallel.py
-
-
 def read_region(saved: Iterable[Tuple[TablePiece, str]], wanted: TablePiece) -> np.ndarray:
     """Assemble the rectangle `wanted` from saved piece files that together cover it.
 
@@ -262,6 +259,26 @@ def read_region(saved: Iterable[Tuple[TablePiece, str]], wanted: TablePiece) -> 
         raise CheckpointError(f"saved pieces cover {covered} of the {needed} cells of {wanted} "
                               f"(checkpoint incomplete or pieces overlap)")
     return out
+
+
+def read_arrays(path: str) -> dict:
+    """Every array of a checkpoint, whole tables assembled from their pieces (any world size).
+
+    Keys: `dense/<key>`, `t<table>/<slot>` (`value` = the weights). Loads whole tables into memory:
+    meant for inspection, export and tests on models that fit one host, not for the t0 model.
+    """
+    directory = find_checkpoint(path)
+    if directory is None:
+        raise CheckpointError(f"no complete checkpoint at {path}")
+    meta = read_meta(directory)
+    arrays = {f"dense/{key}": np.load(os.path.join(directory, "dense", f"{key}.npy"), allow_pickle=False)
+              for key in meta["dense_shapes"]}
+    dim = int(meta["model_shape"]["embedding_dim"])
+    for table, rows in enumerate(meta["model_shape"]["table_sizes"]):
+        for slot in sorted(os.listdir(os.path.join(directory, "embedding", f"t{table}"))):
+            arrays[f"t{table}/{slot}"] = read_region(saved_pieces(directory, table, slot),
+                                                     TablePiece(table, 0, int(rows), 0, dim))
+    return arrays
 
 
 def check_compatible(meta: Mapping, model_shape: Mapping, checkpoint_dir: str) -> None:

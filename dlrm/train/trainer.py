@@ -117,11 +117,10 @@ def build_embeddings(config: Config, table_sizes: Sequence[int]):
 
         return LocalEmbedding(table_sizes, config.model.embedding_dim, seed=config.model.seed)
     from dlrm.embedding.distributed import DistributedEmbedding
-    from dlrm.embedding.planner import plan_embeddings
+    from dlrm.embedding.planner import plan_embeddings, slots_for_optimizer
 
-    optimizer_slots = {"sgd": 0, "adagrad": 1, "adam": 2}.get(config.optimizer.optimizer, 0)
     plan = plan_embeddings(table_sizes, config.model.embedding_dim, world_size, config.sharding,
-                           optimizer_slots=optimizer_slots)
+                           optimizer_slots=slots_for_optimizer(config.optimizer.optimizer))
     return DistributedEmbedding(plan, seed=config.model.seed)
 
 
