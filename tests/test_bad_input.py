@@ -170,7 +170,7 @@ def test_bad_ids_in_rows_split_over_threads_report_the_first(dataset, monkeypatc
     """With a batch split over decode threads, the error names the earliest bad row of the batch."""
     from dlrm.data import binary
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_DECODE_THREAD", 1)
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_CHUNK", 40)
     root, _, _ = dataset
     spec = reopen(root)
     path = root / "train" / "cat_7.bin"

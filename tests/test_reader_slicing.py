@@ -109,10 +109,10 @@ def test_argument_checks(dataset):
 
 
 def test_rows_split_over_decode_threads(dataset, monkeypatch):
-    """threads=k splits each batch's rows over k threads; the result equals a one-thread decode."""
+    """threads=k shares each batch's row chunks between k threads; the result equals a one-thread decode."""
     from dlrm.data import binary
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_DECODE_THREAD", 1)  # split even these small batches
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_CHUNK", 4)  # chunks even in these small batches
     spec, _ = dataset
     inline = list(BatchReader(spec, "train", 50, prefetch=0))
     split = list(BatchReader(spec, "train", 50, prefetch=2, threads=3))

@@ -23,9 +23,10 @@ from dlrm.data.feature_spec import (CATEGORICAL_CHANNEL, LABEL_CHANNEL, NUMERICA
                                     FeatureSpec)
 
 PARTIAL_BATCH_RULES = ("keep", "drop")
-# A batch is split over the decode threads only when every thread gets at least this many rows:
-# below it the hand-off between threads costs more than the decoding it shares.
-MIN_ROWS_PER_DECODE_THREAD = 8192
+# With decode threads, a batch is cut into 2 row chunks per thread (so a helper that starts late
+# leaves less for the others to wait on), but none smaller than this: each chunk costs a few
+# kernel calls, and one thread decodes a batch fastest in one piece.
+MIN_ROWS_PER_CHUNK = 8192
 
 
 @dataclass
@@ -216,7 +217,7 @@ class BatchReader:
     - `len(reader)` is the number of global batches in an epoch. The first iteration starts at
       `start_batch` (resume mid-epoch), later iterations at 0; `iter_from(i)` starts anywhere.
     - `prefetch` batches are decoded ahead by a background thread (0: decode inline, one thread);
-      with `threads=k` each batch's rows are split into k contiguous ranges decoded in parallel.
+      with `threads=k`, k threads share each batch's row chunks (2 per thread).
     - Opening checks the files (exist, whole records, equal row counts); every decoded row is
       checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
       so the checks are always on; errors name the file, the feature and the row.
@@ -289,23 +290,20 @@ class BatchReader:
         return self._read_batch(index, None)
 
     def _read_batch(self, index: int, helpers: "_DecodeHelpers | None") -> Batch:
-        """Decode batch `index`; with `helpers`, its rows are split over them and the calling thread."""
+        """Decode batch `index` in row chunks; with `helpers`, they share the chunks with this thread."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         begin, end = self.local_rows(index)
         n = end - begin
         global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
         label, numerical, categorical = self._buffers.take(n)
-        parts = 1 if helpers is None else max(1, min(helpers.count + 1, n // MIN_ROWS_PER_DECODE_THREAD))
+        chunks = 1 if helpers is None else max(1, min(2 * (helpers.count + 1), n // MIN_ROWS_PER_CHUNK))
         tasks = []
-        for part in range(parts):
-            lo, hi = rank_slice(n, part, parts)
+        for chunk in range(chunks):
+            lo, hi = rank_slice(n, chunk, chunks)
             tasks.append(lambda lo=lo, hi=hi: self._decode_rows(begin + lo, begin + hi, label[lo:hi],
                                                                 numerical[lo:hi], categorical[lo:hi]))
-        if parts == 1:
-            tasks[0]()
-        else:
-            helpers.run(tasks[0], tasks[1:])
+        _SharedChunks(tasks).run(helpers)
         return Batch(numerical, categorical, label, global_rows, index, begin)
 
     def _decode_rows(self, begin: int, end: int, label: np.ndarray, numerical: np.ndarray,
@@ -430,55 +428,84 @@ class _Failure:
         self.error = error
 
 
-class _DecodeHelpers:
-    """`count` threads that each decode one row range of a batch while the caller decodes another.
+class _SharedChunks:
+    """One batch's row chunks, claimed one at a time by the calling thread and any idle helpers.
 
-    The decode kernels release the GIL, so the ranges run in parallel. `close()` stops the threads.
+    The caller never waits for a helper to start (on a loaded machine it may not be scheduled for
+    milliseconds): it decodes whatever is unclaimed itself, then waits only for chunks a helper is
+    already decoding. Of several data errors the one at the earliest row is raised, the one a
+    single thread would have met first.
+    """
+
+    def __init__(self, tasks: list):
+        self._tasks = tasks
+        self._next = 0
+        self._finished = 0
+        self._errors: list[BaseException] = []
+        self._lock = threading.Condition()
+
+    def work(self) -> None:
+        """Claim and run chunks until none is left."""
+        while True:
+            with self._lock:
+                if self._next >= len(self._tasks):
+                    return
+                task = self._tasks[self._next]
+                self._next += 1
+            error = None
+            try:
+                task()
+            except BaseException as caught:  # collected, raised by run()
+                error = caught
+            with self._lock:
+                if error is not None:
+                    self._errors.append(error)
+                self._finished += 1
+                self._lock.notify_all()
+
+    def run(self, helpers: "_DecodeHelpers | None") -> None:
+        if helpers is not None and len(self._tasks) > 1:
+            helpers.offer(self)
+        self.work()
+        with self._lock:
+            self._lock.wait_for(lambda: self._finished == len(self._tasks))
+            self._tasks = []  # a helper's late, stale reference must not keep the batch's arrays alive
+        if self._errors:
+            data_errors = [e for e in self._errors if isinstance(e, DataError) and e.row is not None]
+            if len(data_errors) == len(self._errors):
+                raise min(data_errors, key=lambda e: e.row)
+            raise next(e for e in self._errors if e not in data_errors)
+
+
+class _DecodeHelpers:
+    """`count` threads that help decode the chunks of each batch offered to them.
+
+    The decode kernels release the GIL, so chunks run in parallel. `close()` stops the threads.
     """
 
     def __init__(self, count: int):
         self.count = count
-        self._tasks = [queue.SimpleQueue() for _ in range(count)]
-        self._done = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._serve, args=(tasks,), daemon=True, name=f"batch-decode-{k}")
-                         for k, tasks in enumerate(self._tasks)]
+        self._offers = [queue.SimpleQueue() for _ in range(count)]
+        self._threads = [threading.Thread(target=self._serve, args=(offers,), daemon=True, name=f"batch-decode-{k}")
+                         for k, offers in enumerate(self._offers)]
         for thread in self._threads:
             thread.start()
 
-    def _serve(self, tasks: queue.SimpleQueue) -> None:
+    @staticmethod
+    def _serve(offers: queue.SimpleQueue) -> None:
         while True:
-            task = tasks.get()
-            if task is None:
+            chunks = offers.get()
+            if chunks is None:
                 return
-            try:
-                task()
-                self._done.put(None)
-            except BaseException as error:  # handed back to run()
-                self._done.put(error)
+            chunks.work()  # a stale offer (batch already done) finds nothing left and returns
 
-    def run(self, first, others) -> None:
-        """Run `first` here and each of `others` on a helper; wait for all. Of several data errors
-        the one at the earliest row is raised (the one a single thread would have met first)."""
-        for tasks, task in zip(self._tasks, others):
-            tasks.put(task)
-        errors = []
-        try:
-            first()
-        except BaseException as error:
-            errors.append(error)
-        for _ in others:
-            error = self._done.get()
-            if error is not None:
-                errors.append(error)
-        if errors:
-            data_errors = [e for e in errors if isinstance(e, DataError) and e.row is not None]
-            if len(data_errors) == len(errors):
-                raise min(data_errors, key=lambda e: e.row)
-            raise next(e for e in errors if e not in data_errors)
+    def offer(self, chunks: _SharedChunks) -> None:
+        for offers in self._offers:
+            offers.put(chunks)
 
     def close(self) -> None:
-        for tasks in self._tasks:
-            tasks.put(None)
+        for offers in self._offers:
+            offers.put(None)
         for thread in self._threads:
             thread.join(timeout=10)
 
@@ -486,8 +513,8 @@ class _DecodeHelpers:
 def _prefetched(produce, indices: range, prefetch: int, helpers: int) -> Iterator[Batch]:
     """Run `produce(i, decode_helpers)` for `indices` in a background thread, yield results in order.
 
-    At most `prefetch` decoded batches wait in the queue; with `helpers` > 0 each batch's rows are
-    split between the producer and that many helper threads. Stops all threads when the consumer
+    At most `prefetch` decoded batches wait in the queue; with `helpers` > 0 that many helper
+    threads share each batch's row chunks with the producer. Stops all threads when the consumer
     stops early (generator close / garbage collection).
     """
     batches = queue.Queue(maxsize=max(1, prefetch))
