@@ -164,18 +164,3 @@ def test_writer_rejects_bad_label_and_shapes(writer):
     with pytest.raises(DataError, match="integers"):
         writer.write(label, numerical, categorical.astype(np.float64))
     assert writer.rows_written == 20  # nothing of a rejected chunk was written
-
-
-def test_bad_ids_in_rows_split_over_threads_report_the_first(dataset, monkeypatch):
-    """With a batch split over decode threads, the error names the earliest bad row of the batch."""
-    from dlrm.data import binary
-
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_CHUNK", 40)
-    root, _, _ = dataset
-    spec = reopen(root)
-    path = root / "train" / "cat_7.bin"
-    poke(path, spec.dtype("cat_7"), 110, 2)  # in the last third of the 120-row batch
-    poke(path, spec.dtype("cat_7"), 70, 5)  # in the middle third
-    with pytest.raises(DataError) as caught:
-        list(BatchReader(spec, "train", 120, prefetch=1, threads=3))
-    assert (caught.value.file, caught.value.feature, caught.value.row) == (str(path), "cat_7", 70)

@@ -142,3 +142,19 @@ def test_held_batches_are_never_overwritten(dataset):
     # batches the consumer drops are reused: inline, two sets alternate (+1 for the smaller last batch)
     inline = BatchReader(spec, "train", 4, prefetch=0)
     assert len({b.categorical.ctypes.data for b in inline}) <= 3 < len(inline)
+
+
+def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, monkeypatch):
+    """With a batch's chunks on several decode threads, the error names the earliest bad row."""
+    from dlrm.data import binary
+    from dlrm.data.errors import DataError
+
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_CHUNK", 40)  # 120 rows, 3 threads: chunks of 40 rows
+    spec, _ = make_dataset(tmp_path, 120)
+    path = tmp_path / "train" / "cat_7.bin"  # cardinality 2
+    ids = np.fromfile(path, dtype=spec.dtype("cat_7"))
+    ids[110], ids[70] = 2, 5  # in the last chunk and in the middle one
+    ids.tofile(path)
+    with pytest.raises(DataError) as caught:
+        list(BatchReader(spec, "train", 120, prefetch=1, threads=3))
+    assert (caught.value.file, caught.value.feature, caught.value.row) == (str(path), "cat_7", 70)
