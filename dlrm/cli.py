@@ -16,21 +16,14 @@ import re
 from typing import Callable, Optional, Sequence
 
 from dlrm.config import Config
-
-_SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-
+from dlrm.embedding.planner import parse_bytes as planner_parse_bytes
 
 def parse_bytes(text: str) -> int:
-    """'80GiB' -> 85899345920, '512MB' -> 512000000, '1e9' -> 1000000000."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-    if not match or match.group(2).lower() not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(
-            f"invalid size {text!r}: expected a number with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    """'80GiB' -> 85899345920, '512MB' -> 512000000, '1e9' -> 1000000000 (the planner's parser)."""
+    try:
+        return planner_parse_bytes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _dims(text: str) -> tuple[int, ...]:

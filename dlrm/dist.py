@@ -112,14 +112,6 @@ def size() -> int:
     return _require().size()
 
 
-def local_rank() -> int:
-    return _require().local_rank()
-
-
-def is_primary() -> bool:
-    return rank() == 0
-
-
 def alltoall(tensor, splits, name: Optional[str] = None):
     """Send rows of `tensor` to ranks in order (`splits[i]` rows to rank i).
 
@@ -174,10 +166,12 @@ def distributed_tape(tape, model_parallel_variables: Sequence = ()):
     """Wrap a GradientTape so data-parallel gradients are averaged over ranks.
 
     Model-parallel variables (embedding shards owned by this rank) are registered as local: they are
-    not allreduced, and their gradient is divided by the world size. Each rank's loss is the mean over
-    its local batch, and a shard receives the gradient of every rank's loss through the all-to-all,
-    i.e. N x the gradient of the global-batch mean; dividing by N makes it exactly the single-process
-    gradient. tests/test_hybrid_parallel.py checks this against one process.
+    not allreduced, and their gradient is divided by the world size. Each rank's loss is
+    `sum(local BCE) * N / global_rows` (the local mean when the batch splits evenly), so the average
+    of the data-parallel gradients is the gradient of the global-batch mean, while a shard receives
+    the sum of every rank's loss gradient through the all-to-all, i.e. N x that gradient; dividing by
+    N makes it exactly the single-process gradient, also for an uneven last batch.
+    tests/test_hybrid_parallel.py checks this against one process.
     """
     hvd = _require()
     wrapped = hvd.DistributedGradientTape(tape, sparse_as_dense=False, scale_local_gradients=True)

@@ -12,18 +12,31 @@ stamp="$venv/.bootstrap-$key"
 
 log() { echo "[bootstrap] $*" >&2; }
 
-# --- Debian packages: MPI for Horovod/mpi4py, cmake to build Horovod, Slurm + munge for the launcher tests.
-debs=(libopenmpi-dev openmpi-bin cmake g++ slurm-wlm munge)
+# --- Debian packages: MPI for Horovod, cmake + make + g++ to build it, python3-venv for `python3 -m venv`
+# (Debian splits ensurepip out), Slurm + munge for the launcher tests, a JRE for Spark if none is found.
+# `make` is listed because Horovod's build needs it; on a machine without it, run this script first.
+debs=(libopenmpi-dev openmpi-bin cmake make g++ python3-venv slurm-wlm munge)
+command -v java >/dev/null 2>&1 || debs+=(openjdk-17-jre-headless)
 missing=()
-for p in "${debs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+for p in "${debs[@]}"; do
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
+done
 if [ ${#missing[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { log "missing Debian packages ${missing[*]}: install them as root (no sudo here)"; exit 1; }
+    sudo="sudo"
+  fi
   log "installing Debian packages: ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ! { $sudo apt-get update -qq &&
+         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    log "apt-get could not install ${missing[*]} (no network or no apt source?): install them, then rerun"
+    exit 1
+  fi
 fi
-# Debian's slurm packages may start daemons on install; tests start their own, on private ports.
-for svc in slurmctld slurmd munge; do pkill -x "$svc" 2>/dev/null || true; done
+# No daemon is stopped here: the Slurm test fixture runs its own munged/slurmctld/slurmd on a private
+# socket, free ports and a temporary directory, so daemons the packages may have started do not
+# collide with it (and killing daemons by name could hit a real cluster's or another test run's).
 
 # --- Python environment
 if [ ! -x "$venv/bin/python" ]; then
@@ -41,8 +54,11 @@ if ! "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null; then
   HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
   MAKEFLAGS="-j$(nproc)" \
-    "${pip[@]}" install --no-cache-dir --no-build-isolation horovod==0.28.1
+    "${pip[@]}" install --no-cache-dir --no-build-isolation --force-reinstall --no-deps horovod==0.28.1
 fi
+# --force-reinstall: after a TensorFlow change pip would otherwise keep the stale build ("already
+# satisfied"); its build dependencies are in requirements.txt. Fail here, not in the first test.
+"$venv/bin/python" -c "import horovod.tensorflow" || { log "horovod.tensorflow does not import after the build"; exit 1; }
 "$venv/bin/horovodrun" --check-build | sed 's/^/[bootstrap] /' >&2
 # The project itself, editable, so `import dlrm` works from any directory (subprocesses, Slurm jobs).
 "${pip[@]}" install --no-deps --no-build-isolation -e "$root"

@@ -113,23 +113,31 @@ class SlurmCluster:
                 self.run(["scancel", "--full", "--user", str(os.getuid())], check=False, timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        stuck = []
         for name in (*(f"slurmd-{n}" for n in NODE_NAMES), "slurmctld", "munged"):
             proc = self.daemons.get(name)
-            if proc is not None:
-                _terminate(proc)
+            if proc is not None and not _terminate(proc):
+                stuck.append(name)  # keep going: the job processes and the directory still go
         _kill_pids(pids_with_env("SLURM_CONF", str(self.conf)))
         shutil.rmtree(self.root, ignore_errors=True)
+        if stuck:
+            raise RuntimeError(f"Slurm daemons {stuck} survived SIGKILL (uninterruptible sleep?)")
 
 
-def _terminate(proc: subprocess.Popen, grace: float = 10) -> None:
+def _terminate(proc: subprocess.Popen, grace: float = 10) -> bool:
+    """SIGTERM, then SIGKILL after `grace` s; False if the process still lives after another `grace` s."""
     if proc.poll() is not None:
-        return
+        return True
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait(timeout=grace)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            return False
+    return True
 
 
 def pids_with_env(name: str, value: str) -> list[int]:

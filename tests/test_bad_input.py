@@ -7,7 +7,7 @@ import pytest
 from dlrm.data.binary import BatchReader, SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
 from dlrm.data.feature_spec import FeatureSpec
-from test_binary_io import CARDS, make_dataset, random_rows
+from test_binary_io import CARDS, decode_kernels, make_dataset, random_rows  # noqa: F401 (fixture)
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def poke(path, dtype, row, value):
 
 
 @pytest.mark.parametrize("table,value", [(3, 40000), (1, -1), (9, 32769), (0, 3)])
-def test_id_out_of_range(dataset, table, value):
+def test_id_out_of_range(dataset, table, value, decode_kernels):
     root, _, _ = dataset
     spec = reopen(root)
     path = root / "train" / f"cat_{table}.bin"
@@ -108,7 +108,7 @@ def test_id_out_of_range(dataset, table, value):
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
-def test_nan_or_inf_numerical(dataset, value):
+def test_nan_or_inf_numerical(dataset, value, decode_kernels):
     root, _, _ = dataset
     path = root / "train" / "numerical.bin"
     poke(path, np.float16, 50 * 13 + 4, value)
@@ -161,6 +161,8 @@ def test_writer_rejects_bad_label_and_shapes(writer):
     assert caught.value.row == 24
     with pytest.raises(DataError, match="shape"):
         writer.write(label, numerical[:, :12], categorical)
+    with pytest.raises(DataError, match="labels must be numbers, got dtype <U1"):
+        writer.write(np.array(["1"] * 10), numerical, categorical)
     with pytest.raises(DataError, match="integers"):
         writer.write(label, numerical, categorical.astype(np.float64))
     assert writer.rows_written == 20  # nothing of a rejected chunk was written

@@ -39,13 +39,36 @@ def make_dataset(root, n_rows, cards=CARDS, mappings=("train",), seed=0, num_num
     return FeatureSpec.load(str(root)), data
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def decode_kernels(request, monkeypatch):
+    """Run the test with the compiled decode kernels, then again with the portable numpy ones forced
+    (what a CPU without F16C, or aarch64, gets)."""
+    from dlrm.data import decode
+
+    machine, features = ("x86_64", {"f16c": True}) if request.param == "compiled" else ("aarch64", {})
+    half, categorical = decode.select_kernels(machine, features)
+    monkeypatch.setattr(decode, "decode_half", half)
+    monkeypatch.setattr(decode, "decode_categorical", categorical)
+    return request.param
+
+
+def test_kernel_selection():
+    from dlrm.data import decode
+
+    compiled = (decode.compiled_decode_half, decode.compiled_decode_categorical)
+    portable = (decode.numpy_decode_half, decode.numpy_decode_categorical)
+    assert decode.select_kernels("x86_64", {"f16c": True}) == compiled
+    assert decode.select_kernels("x86_64", {"f16c": False}) == portable
+    assert decode.select_kernels("aarch64", {}) == portable
+
+
 def read_all(reader):
     batches = list(reader)
     return (np.concatenate([b.label for b in batches]), np.concatenate([b.numerical for b in batches]),
             np.concatenate([b.categorical for b in batches]))
 
 
-def test_round_trip_is_bit_exact(tmp_path):
+def test_round_trip_is_bit_exact(tmp_path, decode_kernels):
     spec, data = make_dataset(tmp_path, 1000)
     label, numerical, categorical = data["train"]
     reader = BatchReader(spec, "train", global_batch_size=300)
@@ -59,7 +82,7 @@ def test_round_trip_is_bit_exact(tmp_path):
     np.testing.assert_array_equal(got_categorical, categorical)
 
 
-def test_every_float16_value_decodes_exactly(tmp_path):
+def test_every_float16_value_decodes_exactly(tmp_path, decode_kernels):
     halves = np.arange(65536, dtype=np.uint16).view(np.float16)
     finite = halves[np.isfinite(halves)]
     n = finite.size // 13
@@ -134,7 +157,7 @@ def test_empty_mapping_reads_as_zero_batches(tmp_path):
 
 
 @pytest.mark.parametrize("tables", [26, 9, 3])
-def test_blocked_tiled_decode_is_exact(tmp_path, tables):
+def test_blocked_tiled_decode_is_exact(tmp_path, tables, decode_kernels):
     """The categorical kernel works in row blocks and 8x8 tiles: cover several blocks, a row count
     that is not a multiple of 8, leftover tables beyond a multiple of 8, and fewer than 8 tables."""
     from dlrm.data import decode
@@ -144,3 +167,24 @@ def test_blocked_tiled_decode_is_exact(tmp_path, tables):
     batch = BatchReader(spec, "train", n, prefetch=0).read_batch(0)
     np.testing.assert_array_equal(batch.categorical, data["train"][2])
     np.testing.assert_array_equal(batch.numerical.view(np.uint32), data["train"][1].astype(np.float32).view(np.uint32))
+
+
+def test_numpy_kernels_report_the_same_first_bad_position():
+    """With several bad ids (and inf/NaN), both kernel sets name the same (table, row) / index first."""
+    from dlrm.data import decode
+
+    n, cards = 2 * decode.CATEGORICAL_BLOCK_ROWS + 5, np.array([10, 10, 300, 70000])
+    columns = [np.zeros(n, np.int8), np.zeros(n, np.int8), np.zeros(n, np.int16), np.zeros(n, np.int32)]
+    columns[3][decode.CATEGORICAL_BLOCK_ROWS + 7] = -1  # later block, first table to fail there
+    columns[1][decode.CATEGORICAL_BLOCK_ROWS + 9] = 10
+    columns[2][2 * decode.CATEGORICAL_BLOCK_ROWS] = 300  # last block
+    args = ((columns[0], columns[1]), np.array([0, 1]), (columns[2],), np.array([2]), (columns[3],), np.array([3]))
+    results = []
+    for kernel in (decode.compiled_decode_categorical, decode.numpy_decode_categorical):
+        wide = np.empty((4, decode.CATEGORICAL_BLOCK_ROWS + decode.SCRATCH_PAD), np.int32)
+        results.append(kernel(*args, cards, wide, np.empty((n, 4), np.int32)))
+    assert results[0] == results[1] == (1, decode.CATEGORICAL_BLOCK_ROWS + 9)
+    halves = np.ones(40, np.float16)
+    halves[[21, 33]] = [np.inf, np.nan]
+    for kernel in (decode.compiled_decode_half, decode.numpy_decode_half):
+        assert kernel(halves.view(np.uint16), decode.HALF_TO_FLOAT_BITS, np.empty(40, np.uint32)) == 21

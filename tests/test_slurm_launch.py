@@ -24,11 +24,14 @@ from slurm_cluster import pids_with_env, is_running, slurm_cluster, start_cluste
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "dlrm_multinode.sbatch"
 PYTHON = sys.executable
+# Through dlrm.dist (Horovod's MPI controller), the project's only way to MPI.
 MPI_HELLO = """\
-from mpi4py import MPI
 import os
-comm = MPI.COMM_WORLD
-print(comm.Get_rank(), comm.Get_size(), os.environ["SLURMD_NODENAME"], comm.allreduce(comm.Get_rank() + 1), flush=True)
+import tensorflow as tf
+from dlrm import dist
+dist.init()
+total = int(dist.allreduce_sum(tf.constant(dist.rank() + 1)).numpy())
+print(dist.rank(), dist.size(), os.environ["SLURMD_NODENAME"], total, flush=True)
 """
 # Tiny model and data: a 2-rank job takes well under a minute. Flags are given in full because with
 # --dataset_path the trainer uses the reference defaults (batch 65536, ...).
@@ -72,15 +75,16 @@ def job_report(cluster, job_dir: Path, out: Path) -> str:
 
 
 def test_two_node_mpi_hello(slurm_cluster, tmp_path):
-    """The fixture: 2 tasks on nodes n1 and n2 join one MPI world via srun's PMIx and via mpirun."""
+    """The fixture: 2 tasks on nodes n1 and n2 join one Horovod/MPI world via srun's PMIx and via
+    mpirun (the template's two launchers)."""
     hello = tmp_path / "hello.py"
     hello.write_text(MPI_HELLO)
     out = tmp_path / "hello.out"
     script = (f"srun --mpi=pmix {PYTHON} {hello}\n"
               f"mpirun --allow-run-as-root {PYTHON} {hello}\n")
     job = slurm_cluster.sbatch(["-N", "2", "--ntasks-per-node=1", f"--output={out}", "--wrap", script],
-                               extra_env={"OMPI_MCA_btl": "self,tcp"})
-    info = slurm_cluster.wait_job(job, timeout=90)
+                               extra_env={**RANK_ENV, "OMPI_MCA_btl": "self,tcp"})
+    info = slurm_cluster.wait_job(job, timeout=180)
     text = out.read_text()
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", text
     lines = sorted(line.split() for line in text.splitlines() if line[:1].isdigit())

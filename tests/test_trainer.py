@@ -139,3 +139,11 @@ def test_metrics_log_plain_lines_and_torn_file(tmp_path, capsys):
     disabled = MetricsLog(str(tmp_path / "rank1"), enabled=False)
     disabled.train(1, 1.0, 1.0, 1.0, epoch=0.0)
     assert disabled.close() is None and not os.path.exists(tmp_path / "rank1")
+
+
+def test_partial_batch_drop_reports_the_skipped_rows(synthetic_dir, tmp_path):
+    """6000 rows in global batches of 512: `drop` trains 11 batches and records the 368 rows left out."""
+    result = _run(synthetic_dir, tmp_path, "--partial_batch", "drop", "--max_steps", "1")
+    assert result.step == 1
+    skipped = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "rows_skipped"]
+    assert [(r["rows"], r["per"]) for r in skipped] == [(6000 - 11 * 512, "epoch")]

@@ -76,12 +76,13 @@ def test_column_order_comes_from_the_spec_and_tabs_work(tmp_path):
 @pytest.mark.parametrize("line,feature,why", [
     ("1,0.5,abc,1,2,3", "num_1", "'abc' is not a number"),
     ("1,0.5,1.5,,2,3", "cat_0", "empty or missing field"),
-    ("1,0.5,1.5,1,200,3", "cat_1", "not an integer in [0, 200)"),
-    ("1,0.5,1.5,1,2.5,3", "cat_1", "not an integer in [0, 200)"),
-    ("1,0.5,1.5,-1,2,3", "cat_0", "not an integer in [0, 3)"),
+    ("1,0.5,1.5,1,200,3", "cat_1", "id 200 is outside [0, 200)"),
+    ("1,0.5,1.5,1,2.5,3", "cat_1", "id 2.5 is not a whole number"),
+    ("1,0.5,1.5,-1,2,3", "cat_0", "id -1 is outside [0, 3)"),
     ("2,0.5,1.5,1,2,3", "label", "label 2 is not 0 or 1"),
-    ("1,inf,1.5,1,2,3", "num_0", "numerical value inf is inf"),
-    ("1,0.5,1e9,1,2,3", "num_1", "beyond float16 range"),
+    ("1,inf,1.5,1,2,3", "num_0", "numerical value inf is NaN or inf"),
+    ("1,0.5,1e9,1,2,3", "num_1", "overflows float16"),
+    ("1,0.5,1.5,1,1e30,3", "cat_1", "id 1e+30 is not a whole number"),
     ("1,0.5,1.5,1,2,3,4", None, "has 7 fields, expected 6"),
     ("1,0.5,1.5,1,2", "cat_2", "empty or missing field"),
 ])
@@ -110,3 +111,18 @@ def test_cli_reports_errors_and_succeeds(tmp_path):
     (tmp_path / "d.csv").write_text("1,2,x,0,0,0\n")
     bad = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 1 and "d.csv" in bad.stderr and "'num_1'" in bad.stderr and "line 1" in bad.stderr
+
+
+def test_writer_error_in_a_later_file_names_that_file_and_its_line(tmp_path):
+    """The writer counts rows over the whole mapping; the error is re-stated at the CSV file's own line."""
+    write_csv(tmp_path / "a.csv", *rows(40, 7))
+    write_csv(tmp_path / "b.csv", *rows(10, 8))
+    lines = (tmp_path / "b.csv").read_text().splitlines()
+    lines[2] = "1,0.5,1.5,1,2,40000"  # line 3 of b.csv, row 42 of the mapping
+    (tmp_path / "b.csv").write_text("\n".join(lines) + "\n")
+    spec_path = csv_spec(tmp_path, {"train": ["a.csv", "b.csv"]})
+    with pytest.raises(DataError) as caught:
+        transcode(spec_path, str(tmp_path / "bin"), chunk_rows=16)
+    error = caught.value
+    assert (error.file, error.feature, error.row) == (str(tmp_path / "b.csv"), "cat_2", 2)
+    assert "(line 3) id 40000 is outside [0, 40000)" in str(error)

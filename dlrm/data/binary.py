@@ -124,10 +124,12 @@ class SplitBinaryWriter:
         chunk = self.label_chunk
         if label.dtype == np.bool_:
             return label.tobytes()
+        if not np.issubdtype(label.dtype, np.number):
+            raise DataError(f"labels must be numbers, got dtype {label.dtype}", chunk.path, chunk.features[0])
         bad = np.flatnonzero((label != 0) & (label != 1))
         if bad.size:
             r = int(bad[0])
-            raise DataError(f"label {label[r]!r} is not 0 or 1", chunk.path, chunk.features[0], self.rows_written + r)
+            raise DataError(f"label {label[r]:g} is not 0 or 1", chunk.path, chunk.features[0], self.rows_written + r)
         return label.astype(np.bool_).tobytes()
 
     def _check_numerical(self, numerical, n: int) -> bytes:

@@ -9,11 +9,19 @@ overlaps the training step. Two steps numba cannot express are written as LLVM I
 Each kernel checks its values on the fly (label in {0,1}, numericals finite, ids in
 [0, cardinality)); on a failure it returns the offending position instead of raising, so the
 caller can name the file, the feature and the row.
+
+The two intrinsic kernels are only used on x86-64 CPUs with F16C (where they were built and tested:
+without F16C, LLVM turns the half conversion into a runtime-library call the JIT may not resolve).
+Elsewhere (older x86, aarch64, ...) `decode_half` and `decode_categorical` are plain numpy versions
+with the same signature and results, chosen once at import by `select_kernels`.
 """
 from __future__ import annotations
 
+import platform
+
 import numba
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba.core import types
 from numba.core.extending import intrinsic
@@ -61,7 +69,7 @@ def _half_to_float_16(typingctx, src, src_offset, dst, dst_offset):
 
 
 @numba.njit(nogil=True, cache=True)
-def decode_half(src, table_bits, out_bits):
+def compiled_decode_half(src, table_bits, out_bits):
     """float16 bit patterns (flat uint16) -> float32 bit patterns (flat uint32 view of the output).
 
     16 values at a time with the CPU's half->float conversion, the tail through `table_bits`;
@@ -174,7 +182,7 @@ def _widen_block(cols, targets, wide, r0, r1, lo, hi):
 
 
 @numba.njit(nogil=True, cache=True)
-def decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards, wide, out):
+def compiled_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards, wide, out):
     """Id columns grouped by stored dtype -> out int32 [rows, tables] (C order).
 
     `colsN` is a tuple of the int-N columns (a dummy 1-tuple when the group is empty), `targetsN`
@@ -217,3 +225,34 @@ def decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, ca
             for j in range(tiled_tables, tables):
                 block[r, j] = wide[j, r]
     return -1, -1
+
+
+# ====================================================================== portable numpy versions
+def numpy_decode_half(src, table_bits, out_bits):
+    """`compiled_decode_half` in numpy (a table lookup per value): same arguments, same result."""
+    np.take(table_bits, src, out=out_bits, mode="clip")  # uint16 indices are always in range
+    bad = np.flatnonzero((src & 0x7C00) == 0x7C00)
+    return int(bad[0]) if bad.size else -1
+
+
+def numpy_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards, wide, out):
+    """`compiled_decode_categorical` in numpy: same arguments (`wide` unused), same result, and the
+    same (table, row) reported first: the lowest table within the first bad row block."""
+    for cols, targets in ((cols8, targets8), (cols16, targets16), (cols32, targets32)):
+        for col, j in zip(cols, targets):  # an empty group's dummy column has no target: skipped
+            out[:, j] = col
+    rows, tables = np.nonzero((out < 0) | (out >= cards))
+    if not rows.size:
+        return -1, -1
+    first = np.lexsort((rows, tables, rows // CATEGORICAL_BLOCK_ROWS))[0]
+    return int(tables[first]), int(rows[first])
+
+
+def select_kernels(machine: str, cpu_features) -> tuple:
+    """(decode_half, decode_categorical) for this CPU: the compiled ones on x86-64 with F16C, else numpy."""
+    if machine in ("x86_64", "AMD64") and cpu_features.get("f16c", False):
+        return compiled_decode_half, compiled_decode_categorical
+    return numpy_decode_half, numpy_decode_categorical
+
+
+decode_half, decode_categorical = select_kernels(platform.machine(), llvm.get_host_cpu_features())

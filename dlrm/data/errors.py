@@ -13,6 +13,7 @@ class DataError(ValueError):
 
     def __init__(self, message: str, file: Optional[str] = None, feature: Optional[str] = None,
                  row: Optional[int] = None):
+        self.message = message  # without the place, for callers that re-state where (transcode)
         self.file = file
         self.feature = feature
         self.row = row

@@ -53,42 +53,34 @@ class _ColumnRoles:
         self.label = position[spec.label_name]
         self.numerical = [position[n] for n in spec.numerical_names]
         self.categorical = [position[n] for n in spec.categorical_names]
-        self.cardinalities = np.asarray(spec.cardinalities, dtype=np.float64)
 
 
 def _check_block(values: np.ndarray, roles: _ColumnRoles, path: str, first_line: int) -> None:
-    """Raise DataError for the first bad field of a parsed block (float64 [rows, columns])."""
-    def fail(row: int, column: int, why: str) -> None:
-        line = first_line + row
-        raise DataError(f"(line {line}) {why}", path, roles.columns[column], line - 1)
-
-    def first_bad(mask: np.ndarray, columns: list[int]):
+    """Raise DataError for what only the CSV can get wrong: an empty field, or an id that is not a
+    whole number (float64 [rows, columns] block). Labels, numericals and id ranges are checked by the
+    writer; `_at_csv_line` re-states its errors at the CSV line."""
+    def first_bad(mask: np.ndarray) -> Optional[tuple[int, int]]:
         rows, cols = np.nonzero(mask)
-        if rows.size == 0:
-            return None
-        k = int(np.lexsort((cols, rows))[0])
-        return int(rows[k]), columns[int(cols[k])]
+        return (int(rows[0]), int(cols[0])) if rows.size else None  # row-major order: first row, then column
 
-    empty = np.isnan(values)
-    if empty.any():
-        row, column = first_bad(empty, list(range(values.shape[1])))
-        fail(row, column, "empty or missing field")
-    label = values[:, roles.label]
-    bad = np.flatnonzero((label != 0) & (label != 1))
-    if bad.size:
-        fail(int(bad[0]), roles.label, f"label {label[bad[0]]:g} is not 0 or 1")
-    numerical = values[:, roles.numerical]
-    with np.errstate(over="ignore"):
-        stored = numerical.astype(np.float16)
-    hit = first_bad(~np.isfinite(numerical) | ~np.isfinite(stored), roles.numerical)
+    hit = first_bad(np.isnan(values))
     if hit:
-        value = values[hit[0], hit[1]]
-        fail(hit[0], hit[1], f"numerical value {value:g} is " + ("inf" if np.isinf(value) else "beyond float16 range"))
+        line = first_line + hit[0]
+        raise DataError(f"(line {line}) empty or missing field", path, roles.columns[hit[1]], line - 1)
     ids = values[:, roles.categorical]
-    hit = first_bad((ids != np.floor(ids)) | (ids < 0) | (ids >= roles.cardinalities), roles.categorical)
+    hit = first_bad((ids != np.floor(ids)) | (np.abs(ids) >= 2**31))
     if hit:
-        card = int(roles.cardinalities[roles.categorical.index(hit[1])])
-        fail(hit[0], hit[1], f"id {values[hit[0], hit[1]]:g} is not an integer in [0, {card})")
+        line = first_line + hit[0]
+        raise DataError(f"(line {line}) id {ids[hit]:g} is not a whole number below 2^31", path,
+                        roles.columns[roles.categorical[hit[1]]], line - 1)
+
+
+def _at_csv_line(error: DataError, path: str, rows_before_file: int) -> DataError:
+    """A writer error (row = output row of the mapping) re-stated at the CSV file and line."""
+    if error.row is None:
+        return error
+    line = error.row - rows_before_file + 1
+    return DataError(f"(line {line}) {error.message}", path, error.feature, line - 1)
 
 
 def _diagnose(path: str, first_line: int, roles: _ColumnRoles, delimiter: str, error: Exception) -> DataError:
@@ -116,6 +108,7 @@ def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSp
         for relative in chunk["files"]:
             path = input_spec.resolve(relative)
             first_line = 1
+            rows_before_file = writer.rows_written
             reader = pd.read_csv(path, header=None, sep=delimiter, dtype=np.float64, chunksize=chunk_rows,
                                  skip_blank_lines=False, engine="c", names=roles.columns, index_col=False)
             blocks = iter(reader)
@@ -128,8 +121,11 @@ def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSp
                     raise _diagnose(path, first_line, roles, delimiter, error) from None
                 values = block.to_numpy(dtype=np.float64)
                 _check_block(values, roles, path, first_line)
-                writer.write(values[:, roles.label] == 1, values[:, roles.numerical],
-                             [values[:, j].astype(np.int64) for j in roles.categorical])
+                try:
+                    writer.write(values[:, roles.label], values[:, roles.numerical],
+                                 [values[:, j].astype(np.int64) for j in roles.categorical])
+                except DataError as error:
+                    raise _at_csv_line(error, path, rows_before_file) from None
                 first_line += values.shape[0]
     return writer.rows_written
 

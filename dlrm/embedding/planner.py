@@ -138,10 +138,11 @@ def slots_for_optimizer(name: str) -> int:
 
 
 def parse_bytes(text: str) -> int:
-    """'80GiB', '1.5TiB', '500MB', '1e9' -> bytes (binary units for *iB, decimal for *B)."""
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]i?B?|B)?\s*", str(text))
+    """'80GiB', '1.5TiB', '500MB', '1e9' -> bytes (binary units for *iB, decimal for *B; any case)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+]?[0-9]+)?)\s*([KMGT]i?B?|B)?\s*", str(text), re.IGNORECASE)
     if not match:
-        raise ValueError(f"cannot read a memory size from {text!r} (examples: 80GiB, 512MiB, 2TB)")
+        raise ValueError(f"invalid size {text!r}: expected a memory size, a number with an optional unit "
+                         f"(80GiB, 512MiB, 2TB, 1e9)")
     number, unit = float(match.group(1)), (match.group(2) or "B").upper()
     if unit == "B":
         scale = 1

@@ -189,6 +189,8 @@ def wait_for_jobs(jobs: Mapping[str, object], timeout_s: float, poll_s: float = 
                     first = ended_at.setdefault(name, time.monotonic())  # the result file may lag
                     if time.monotonic() - first > result_grace_s:
                         outcomes[name] = f"{state} without a result (log: {job.paths.stderr})"
+                else:  # running again (requeued) or a passing scontrol error: restart the grace period
+                    ended_at.pop(name, None)
         if len(outcomes) == len(jobs):
             return outcomes
         if time.monotonic() > deadline:

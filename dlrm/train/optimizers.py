@@ -68,9 +68,6 @@ class SparseOptimizer:
         """Non-slot optimizer state to checkpoint, by name."""
         return {"iterations": self.iterations}
 
-    def learning_rate(self) -> tf.Tensor:
-        return self.schedule(self.iterations)
-
     # -- update ------------------------------------------------------------------------------
     def apply(self, grads_and_vars) -> None:
         """Apply one update with lr = schedule(iterations), then advance `iterations`."""
@@ -196,9 +193,6 @@ class LossScaledOptimizer:
 
     def slots_for(self, var) -> Dict[str, tf.Variable]:
         return self.inner.slots_for(var)
-
-    def learning_rate(self) -> tf.Tensor:
-        return self.inner.learning_rate()
 
     def state_variables(self) -> Dict[str, tf.Variable]:
         state = self.inner.state_variables()

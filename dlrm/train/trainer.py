@@ -146,7 +146,7 @@ class Parts:
     def checkpoint_variables(self, with_optimizer: bool):
         """(dense {key: var}, stored pieces, held pieces) with optimizer slots/state if requested.
 
-        Dense keys are positional plus a readable name (`003_top_mlp.dense.kernel`): Keras adds
+        Dense keys are positional plus a readable name (`006_top_mlp.kernel`): Keras adds
         process-dependent suffixes to layer names, positions are stable for a given model config.
         """
         table_vars = {var.ref() for _, var in self.embeddings.held_pieces()}
@@ -306,8 +306,9 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
     cfg = parts.config
     from dlrm.train.evaluate import make_predict_step
 
-    steps_per_epoch = len(make_reader(parts, cfg.data.train_mapping, cfg.data.global_batch_size,
-                                      partial_batch=cfg.data.partial_batch))
+    epoch_reader = make_reader(parts, cfg.data.train_mapping, cfg.data.global_batch_size,
+                               partial_batch=cfg.data.partial_batch)
+    steps_per_epoch = len(epoch_reader)
     if steps_per_epoch == 0:
         raise ValueError(f"mapping {cfg.data.train_mapping!r} has no complete global batch of "
                          f"{cfg.data.global_batch_size} rows")
@@ -325,6 +326,10 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
                                              f"!= step {step}")
         log.message(f"restored {source} (step {step}, written by {meta['world_size']} rank(s))")
     log.start(total_steps, step)
+    if epoch_reader.rows_skipped:  # --partial_batch drop: say how many rows are never trained on
+        log.event("rows_skipped", step, rows=epoch_reader.rows_skipped, per="epoch")
+        log.message(f"--partial_batch drop: the last {epoch_reader.rows_skipped} rows of mapping "
+                    f"{cfg.data.train_mapping!r} are skipped in every epoch")
 
     train_step = make_train_step(parts)
     predict_step = make_predict_step(parts.model)
