@@ -17,6 +17,7 @@ with the same signature and results, chosen once at import by `select_kernels`.
 """
 from __future__ import annotations
 
+import os
 import platform
 
 import numba
@@ -250,7 +251,8 @@ def numpy_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets
 
 def select_kernels(machine: str, cpu_features) -> tuple:
     """(decode_half, decode_categorical) for this CPU: the compiled ones on x86-64 with F16C, else numpy."""
-    if machine in ("x86_64", "AMD64") and cpu_features.get("f16c", False):
+    # NUMBA_CPU_NAME (e.g. "generic" for portable caches) compiles for another CPU than this one's F16C.
+    if machine in ("x86_64", "AMD64") and cpu_features.get("f16c", False) and not os.environ.get("NUMBA_CPU_NAME"):
         return compiled_decode_half, compiled_decode_categorical
     return numpy_decode_half, numpy_decode_categorical
 
