@@ -130,6 +130,21 @@ def allreduce_sum(tensor, name: Optional[str] = None):
     return hvd.allreduce(tensor, op=hvd.Sum, name=name)
 
 
+def all_ranks_true(flag, name: Optional[str] = None):
+    """True on every rank iff `flag` (a scalar bool tensor) is true on every rank.
+
+    For decisions every rank must take alike although each sees only its own data or shards:
+    skipping a float16 step with an overflow, refusing to checkpoint non-finite weights.
+    """
+    hvd = _require()
+    if hvd.size() == 1:
+        return flag
+    import tensorflow as tf
+
+    count = hvd.allreduce(tf.cast(flag, tf.int32), op=hvd.Sum, name=name)
+    return tf.equal(count, hvd.size())
+
+
 def allgather(tensor, name: Optional[str] = None):
     return _require().allgather(tensor, name=name)
 

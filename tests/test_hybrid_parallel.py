@@ -183,10 +183,10 @@ def assert_same_training(base: str, ref_base: str, world: int, optimizers: list)
         assert err < TOLERANCE, f"{optimizer}: final weights differ at N={world}: {key} by {err}"
         if optimizer == "adagrad":
             assert any(k.endswith("/accumulator") for k in want), sorted(want)[:10]
-        # Training moved the tables: the comparison is not between two untouched initialisations.
-        moved = [t for t, rows in enumerate(CARDINALITIES)
-                 if not np.array_equal(want[f"t{t}/value"], initial_table_values(t, rows, DIM, SEED))]
-        assert moved, f"{optimizer}: no table changed from its initial values in {STEPS} steps"
+        # The comparison is not between two untouched initialisations: the rows of table 0 looked up
+        # in these steps moved, the others (most of its 1500) still hold exactly their initial values.
+        unchanged = np.all(want["t0/value"] == initial_table_values(0, CARDINALITIES[0], DIM, SEED), axis=1)
+        assert unchanged.any() and not unchanged.all(), f"{optimizer}: {unchanged.sum()} rows of table 0 unchanged"
 
 
 def assert_layer_checks(run, world: int) -> None:

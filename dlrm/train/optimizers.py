@@ -14,7 +14,7 @@ Every op runs in a fixed order on CPU, so updates are deterministic.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -169,12 +169,15 @@ class LossScaledOptimizer:
     """Dynamic loss scaling for float16: scale the loss, unscale the gradients, skip bad steps.
 
     A step whose gradients contain inf/nan is skipped (no variable, slot or iteration changes) and
-    halves the scale; after `growth_interval` good steps in a row the scale doubles.
+    halves the scale; after `growth_interval` good steps in a row the scale doubles. With several
+    ranks, `all_ranks_true` makes the skip decision global: embedding-shard gradients are not
+    allreduced, so an overflow may show on one rank only, and ranks must never diverge.
     """
 
     def __init__(self, inner: SparseOptimizer, initial_scale: float = 2.0**15,
-                 growth_interval: int = 2000):
+                 growth_interval: int = 2000, all_ranks_true: Optional[Callable] = None):
         self.inner = inner
+        self.all_ranks_true = all_ranks_true
         self.growth_interval = int(growth_interval)
         self.loss_scale = tf.Variable(float(initial_scale), dtype=tf.float32, trainable=False,
                                       name="loss_scale")
@@ -209,6 +212,8 @@ class LossScaledOptimizer:
         finite = tf.reduce_all(
             tf.stack([tf.reduce_all(tf.math.is_finite(_grad_values(g))) for g, _ in unscaled])
         ) if unscaled else tf.constant(True)
+        if self.all_ranks_true is not None:
+            finite = self.all_ranks_true(finite)
 
         def apply_and_maybe_grow():
             self.inner.apply(unscaled)
@@ -228,8 +233,11 @@ class LossScaledOptimizer:
 OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam}
 
 
-def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False):
-    """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP."""
+def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks_true: Optional[Callable] = None):
+    """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP.
+
+    `all_ranks_true` (e.g. `dlrm.dist.all_ranks_true`) makes loss scaling's skip decision global.
+    """
     try:
         cls = OPTIMIZERS[cfg.optimizer]
     except KeyError:
@@ -237,4 +245,4 @@ def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False):
             f"unknown optimizer {cfg.optimizer!r}; choose one of {sorted(OPTIMIZERS)}"
         ) from None
     optimizer = cls(schedule, name=cfg.optimizer)
-    return LossScaledOptimizer(optimizer) if needs_loss_scaling(amp) else optimizer
+    return LossScaledOptimizer(optimizer, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else optimizer

@@ -194,7 +194,8 @@ def build_parts(config: Config, dataset_dir: str, with_optimizer: bool) -> Parts
         from dlrm.train.optimizers import build_optimizer
         from dlrm.train.schedule import ReferenceSchedule
 
-        optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=config.train.amp)
+        optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=config.train.amp,
+                                    all_ranks_true=dist.all_ranks_true)
         optimizer.build(model.trainable_variables)  # eagerly: slots exist before tracing / restoring
     return Parts(config, spec, embeddings, model, optimizer)
 
@@ -273,7 +274,7 @@ def _restore_source(train_cfg: TrainConfig) -> Optional[str]:
 
 def _all_finite(variables) -> bool:
     checks = [tf.reduce_all(tf.math.is_finite(v)) for v in variables if v.dtype.is_floating]
-    return bool(dist.allreduce_sum(tf.cast(tf.reduce_all(checks), tf.int32), name="finite").numpy() == dist.size())
+    return bool(dist.all_ranks_true(tf.reduce_all(checks), name="finite").numpy())
 
 
 def _save(parts: Parts, step: int, steps_per_epoch: int, log: MetricsLog, last_checkpoint: Optional[str]) -> str:
