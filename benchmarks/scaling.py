@@ -144,8 +144,9 @@ def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
 
 # -------------------------------------------------------------------------------- driver
 def run_world(world: int, dataset: str, args) -> dict:
-    out = tempfile.mktemp(prefix=f"scaling_w{world}_", suffix=".json")
-    timeline = tempfile.mktemp(prefix=f"scaling_timeline_w{world}_", suffix=".json")
+    scratch = tempfile.mkdtemp(prefix=f"scaling_w{world}_")
+    out = os.path.join(scratch, "result.json")
+    timeline = os.path.join(scratch, "timeline.json")
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", HOROVOD_TIMELINE=timeline,
                HOROVOD_STALL_CHECK_TIME_SECONDS="5", HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="30")
     command = [sys.executable, __file__, "--worker", dataset, "--windows", str(args.windows),

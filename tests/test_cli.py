@@ -114,4 +114,5 @@ def test_parsing_happens_only_when_asked(monkeypatch):
     import sys
 
     monkeypatch.setattr(sys, "argv", ["main.py", "--definitely-not-a-flag"])
-    importlib.reload(importlib.import_module("dlrm.cli"))  # importing must not read sys.argv
+    cli = importlib.reload(importlib.import_module("dlrm.cli"))  # importing must not read sys.argv
+    assert cli.parse_config(["--global_batch_size", "7"]).data.global_batch_size == 7  # only explicit argv

@@ -21,13 +21,12 @@ model-parallel gradients by the world size (see docs/contracts.md, "Losses and g
 Every piece starts with `initial_table_values` of its own rectangle, so the sharded model equals the
 single-process `LocalEmbedding` built with the same seed.
 
-NVIDIA's `distributed_embeddings` package (GPU containers only) implements the same interface on
-NCCL; `nvidia_backend_available()` reports whether it could be selected. This layer is the default
-and the one the tests check.
+NVIDIA's `distributed_embeddings` package (GPU containers only) offers the same capability on NCCL;
+it is not installable here, so it is not wired in: this layer runs on GPUs through Horovod's NCCL
+all-to-all as well.
 """
 from __future__ import annotations
 
-import importlib.util
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -36,11 +35,6 @@ from dlrm import dist
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
 from dlrm.embedding.local import initial_table_values
 from dlrm.embedding.planner import Piece, Plan
-
-
-def nvidia_backend_available() -> bool:
-    """True when NVIDIA's `distributed_embeddings` (GPU-only) is importable."""
-    return importlib.util.find_spec("distributed_embeddings") is not None
 
 
 def _as_table_piece(table: int, piece: Piece) -> TablePiece:
