@@ -206,13 +206,24 @@ def assert_plan_has_every_kind(base: str, world: int) -> None:
 
 
 # ------------------------------------------------------------------------------------ tests
-@pytest.mark.multirank
-@pytest.mark.slow
-@pytest.mark.parametrize("world,mpi", [(3, False), (2, False), (2, True)], ids=["gloo-3", "gloo-2", "mpi-2"])
-def test_n_ranks_train_exactly_like_one_process(world, mpi):
+# One horovodrun launch per (world size, controller), shared by both tests below; the 2-rank Gloo
+# launch also restores the 3-rank checkpoint (world-size change).
+EVERY_LAUNCH = pytest.mark.parametrize("world,mpi", [(3, False), (2, False), (2, True)],
+                                       ids=["gloo-3", "gloo-2", "mpi-2"])
+
+
+def checked_launch(world: int, mpi: bool):
     restore = three_rank_checkpoint() if (world, mpi) == (2, False) else None
     run, base = launch(world, mpi, restore_from=restore)
     run.check()
+    return run, base
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+@EVERY_LAUNCH
+def test_n_ranks_train_exactly_like_one_process(world, mpi):
+    run, base = checked_launch(world, mpi)
     ref_run, ref_base = reference(restore_from=three_rank_checkpoint())
     ref_run.check()
     assert_plan_has_every_kind(base, world)
@@ -221,11 +232,9 @@ def test_n_ranks_train_exactly_like_one_process(world, mpi):
 
 @pytest.mark.multirank
 @pytest.mark.slow
-@pytest.mark.parametrize("world,mpi", [(3, False), (2, False), (2, True)], ids=["gloo-3", "gloo-2", "mpi-2"])
+@EVERY_LAUNCH
 def test_embedding_layer_matches_local_embedding_in_the_same_launch(world, mpi):
-    restore = three_rank_checkpoint() if (world, mpi) == (2, False) else None
-    run, _ = launch(world, mpi, restore_from=restore)
-    run.check()
+    run, _ = checked_launch(world, mpi)
     assert_layer_checks(run, world)
 
 
