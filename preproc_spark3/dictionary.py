@@ -9,7 +9,6 @@ from __future__ import annotations
 from preproc_spark3.config import CATEGORICAL_COLUMNS
 
 # Parquet columns of <out_dir>/dictionary: feature index (0-based, C1 = 0), value, count, id.
-DICTIONARY_SCHEMA = "feature int, value long, count long, id int"
 
 
 def build_dictionary(rows, thresholds: tuple[int, ...]):

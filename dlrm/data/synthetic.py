@@ -236,7 +236,7 @@ def generate_dataset(out_dir: str, cardinalities: Sequence[int], train_rows: int
     model, log_means = build_click_model(cardinalities, num_numerical, seed, params)
     spec = FeatureSpec.criteo_like(model.cardinalities, num_numerical, mappings=("train", "test"))
     os.makedirs(out_dir, exist_ok=True)
-    train_p, train_y = _write_mapping(out_dir, spec, "train", 0, train_rows, seed, model, log_means, params)
+    _, train_y = _write_mapping(out_dir, spec, "train", 0, train_rows, seed, model, log_means, params)
     test_p, test_y = _write_mapping(out_dir, spec, "test", 1, test_rows, seed, model, log_means, params)
     model.save(os.path.join(out_dir, GROUND_TRUTH_FILE))
     spec.metadata = {

@@ -39,7 +39,6 @@ from typing import List, Optional, Sequence
 
 from dlrm.config import ShardingConfig
 
-KINDS = ("table_wise", "column_sliced", "row_sliced", "replicated")
 STRATEGIES = ("basic", "memory_balanced")
 OPTIMIZER_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2}
 GiB = 1024**3
