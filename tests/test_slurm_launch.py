@@ -142,9 +142,12 @@ def two_node_jobs(slurm_cluster, tmp_path_factory):
         time.sleep(0.2)
     requeued["checkpoint_at_requeue"] = latest.read_text().strip()
     slurm_cluster.run(["scontrol", "requeue", requeued["id"]])
-    # Slurm holds a requeued batch job for ~2 minutes (BeginTime); release it now.
+    # Slurm holds a requeued batch job for ~2 minutes (BeginTime); release it sooner. Not at once:
+    # slurmd revoked the job's old credential and refuses any credential of that job created in
+    # the same or an earlier second (whole-second timestamps), so a restart allocated within the
+    # second of the requeue fails with "Job credential revoked".
     slurm_cluster.wait_job(requeued["id"], 60, frozenset({"PENDING"}))
-    slurm_cluster.run(["scontrol", "update", f"JobId={requeued['id']}", "StartTime=now"])
+    slurm_cluster.run(["scontrol", "update", f"JobId={requeued['id']}", "StartTime=now+3"])
 
     for job in jobs.values():
         job["info"] = slurm_cluster.wait_job(job["id"], timeout=240)
