@@ -5,10 +5,11 @@ every round), medians reported, so machine noise hits every candidate alike:
 
 - ours: the trainer's real train step (`dlrm.train.trainer.make_train_step`: LocalEmbedding,
   sparse SGD, Horovod tape at world size 1) in four variants: fp32, --xla, --amp, --amp --xla.
-- keras: the same model as a plain functional Keras model trained with `Model.fit`, in its
-  strongest settings: `tf.keras.optimizers.legacy.SGD` (sparse embedding updates; the new Keras
-  SGD updates the tables densely), `jit_compile` off and on; plus a `mixed_bfloat16` variant so
-  --amp has a like-for-like baseline too.
+- keras: the same model as a plain functional Keras model trained with `Model.fit` (Keras Dense
+  layers, the autodiff dot interaction `reference_dot_interaction`), in its strongest settings:
+  `tf.keras.optimizers.legacy.SGD` (sparse embedding updates; the new Keras SGD updates the tables
+  densely), `jit_compile` off and on; plus a `mixed_bfloat16` variant so --amp has a like-for-like
+  baseline too.
 - ceiling: TensorFlow fp32 (and bf16) matmul FLOP/s on [batch, 1024] x [1024, 1024], divided by
   14.75 MFLOP per sample (DLRM forward + backward), i.e. what the dense part could reach if every
   FLOP ran at GEMM speed.
@@ -22,6 +23,12 @@ rows so they fit next to everyone else's jobs here. Writes JSON + a markdown tab
 Wall-clock samples/s is what a user sees; on a shared machine it swings by 2-3x between windows.
 Samples per CPU-second (process time over the same window) is reported next to it: it is stable
 to ~10% under load, so its ratios are the ones to trust there.
+
+Keras' `Model.fit` is bimodal here: a whole `fit()` call (one window) either keeps both cores busy
+(~1.9 cores, about as fast as our step) or only ~1.1 cores (~0.58x as fast), at random, with any
+inter-op thread count and with or without prefetch; our own step was never seen in the slow mode.
+A median over few windows can then land on either mode, so every candidate is also reported at its
+best window and the headline ratios use those: the strongest baseline, as a fair comparison needs.
 """
 from __future__ import annotations
 
@@ -46,7 +53,7 @@ from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
 from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
 from dlrm.model.dlrm import build_model  # noqa: E402
-from dlrm.model.interaction import dot_interaction  # noqa: E402
+from dlrm.model.interaction import reference_dot_interaction  # noqa: E402
 from dlrm.train import trainer  # noqa: E402
 from dlrm.train.optimizers import build_optimizer  # noqa: E402
 from dlrm.train.schedule import ReferenceSchedule  # noqa: E402
@@ -118,7 +125,7 @@ def keras_baseline_model(config: Config, table_sizes, policy: str) -> tf.keras.M
     x = numerical
     for units in m.bottom_mlp:
         x = tf.keras.layers.Dense(units, activation="relu", dtype=policy)(x)
-    x = tf.keras.layers.Lambda(lambda a: dot_interaction(a[0], a[1]), dtype=policy)([x, embedded])
+    x = tf.keras.layers.Lambda(lambda a: reference_dot_interaction(a[0], a[1]), dtype=policy)([x, embedded])
     for i, units in enumerate(m.top_mlp):
         last = i == len(m.top_mlp) - 1
         x = tf.keras.layers.Dense(units, activation=None if last else "relu",
@@ -217,6 +224,7 @@ def ratios_for(median: Dict[str, float], candidates: List[Candidate]) -> dict:
 def summarise(candidates: List[Candidate], args, started: str, load_before, command: str) -> dict:
     wall = {c.name: float(np.median(c.samples_per_sec)) for c in candidates}
     cpu = {c.name: float(np.median(c.extra["samples_per_cpu_second"])) for c in candidates}
+    best_window = {c.name: float(np.max(c.samples_per_sec)) for c in candidates}
     return {
         "benchmark": "train_throughput",
         "date_utc": started,
@@ -230,6 +238,8 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
                      "table_rows": args.table_sizes, "learning_rate": args.learning_rate},
         # Wall clock is what a user sees; samples per CPU-second (process time over the window) is far
         # less sensitive to other jobs on a shared machine. Both are medians over the same windows.
+        # Best window of each candidate: the headline (Keras' fit() is bimodal, see the docstring).
+        "ratios_best_window": ratios_for(best_window, candidates),
         "ratios_wall": ratios_for(wall, candidates),
         "ratios_cpu_time": ratios_for(cpu, candidates),
         "gemm_gflops_wall": {n: round(v * MFLOP_PER_SAMPLE / 1e3, 1) for n, v in wall.items()
@@ -239,9 +249,10 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
         "candidates": [
             {"name": c.name, "group": c.group, "median_samples_per_sec": round(wall[c.name], 1),
              "median_samples_per_cpu_second": round(cpu[c.name], 1),
+             "best_window_samples_per_sec": round(best_window[c.name], 1),
              "windows_samples_per_sec": [round(v, 1) for v in c.samples_per_sec],
              "steps_per_window": c.steps_per_window,
-             **{k: ([round(x, 1) for x in v] if isinstance(v, list) else v)
+             **{k: ([round(x, 2) for x in v] if isinstance(v, list) else v)
                 for k, v in c.extra.items() if k != "model"}}
             for c in candidates
         ],
@@ -250,26 +261,30 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
 
 def markdown(result: dict) -> str:
     by_name = {c["name"]: c for c in result["candidates"]}
+    best = result["ratios_best_window"]["best"]
+    keras_best = by_name[best["keras_fp32"]]["best_window_samples_per_sec"]
     keras_wall = by_name[result["ratios_wall"]["best"]["keras_fp32"]]["median_samples_per_sec"]
     keras_cpu = by_name[result["ratios_cpu_time"]["best"]["keras_fp32"]]["median_samples_per_cpu_second"]
-    ceil_wall = by_name["ceiling_gemm_float32"]["median_samples_per_sec"]
-    ceil_cpu = by_name["ceiling_gemm_float32"]["median_samples_per_cpu_second"]
+    ceiling = by_name["ceiling_gemm_float32"]
     lines = [
         f"Training-step throughput, DLRM reference dims, batch {result['settings']['batch_size']}, "
         f"{result['date_utc']}, {result['machine']['cpus']} cores ({', '.join(result['machine']['cpu_flags'])}), "
         f"{result['settings']['intra_op_threads']} intra-op threads, load average "
         f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f} "
-        f"(shared machine). Medians of {result['settings']['rounds']} alternating windows.",
+        f"(shared machine). {result['settings']['rounds']} alternating windows per candidate: best window "
+        f"(headline: Keras' fit() is bimodal, see 'cores busy') and medians.",
         "",
-        "| candidate | samples/s (wall) | samples per CPU-s | vs best Keras fp32 (wall / CPU) "
-        "| vs fp32 GEMM ceiling (wall / CPU) |",
-        "|---|---:|---:|---:|---:|",
+        "| candidate | best window samples/s | vs best Keras fp32 | vs fp32 GEMM ceiling "
+        "| median samples/s (vs Keras) | median per CPU-s (vs Keras) | cores busy per window |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for c in result["candidates"]:
-        w, p = c["median_samples_per_sec"], c["median_samples_per_cpu_second"]
-        lines.append(f"| {c['name']} | {w:,.0f} | {p:,.0f} | {ratio(w, keras_wall):.2f}x / {ratio(p, keras_cpu):.2f}x "
-                     f"| {ratio(w, ceil_wall):.2f} / {ratio(p, ceil_cpu):.2f} |")
-    for key in ("ratios_wall", "ratios_cpu_time"):
+        b, w, p = c["best_window_samples_per_sec"], c["median_samples_per_sec"], c["median_samples_per_cpu_second"]
+        cores = " ".join(f"{x:.1f}" for x in c["cores_busy"])
+        lines.append(f"| {c['name']} | {b:,.0f} | {ratio(b, keras_best):.2f}x "
+                     f"| {ratio(b, ceiling['best_window_samples_per_sec']):.2f} "
+                     f"| {w:,.0f} ({ratio(w, keras_wall):.2f}x) | {p:,.0f} ({ratio(p, keras_cpu):.2f}x) | {cores} |")
+    for key in ("ratios_best_window", "ratios_wall", "ratios_cpu_time"):
         lines += ["", f"{key}: " + ", ".join(f"{k} = {v}" for k, v in result[key].items() if k != "best")]
     lines += ["", "GEMM GFLOP/s (wall): " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_wall"].items())
               + "; per CPU-second: " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_per_cpu_second"].items())
@@ -284,7 +299,7 @@ def main(argv=None) -> dict:
                         help="per-step batch (8192 = the reference 65536 global batch per device on 8 devices)")
     parser.add_argument("--max_rows", type=int, default=200_000, help="cap on rows per t15-shaped table")
     parser.add_argument("--window_seconds", type=float, default=10.0)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
     parser.add_argument("--learning_rate", type=float, default=0.01, help="constant lr, same for every candidate")
     parser.add_argument("--skip", nargs="*", default=[], help="candidate names to leave out")
@@ -325,9 +340,10 @@ def main(argv=None) -> dict:
         for candidate in order:
             start, cpu_start = time.perf_counter(), time.process_time()
             samples = candidate.run(candidate.steps_per_window)
-            candidate.samples_per_sec.append(samples / (time.perf_counter() - start))
-            candidate.extra.setdefault("samples_per_cpu_second", []).append(
-                samples / max(time.process_time() - cpu_start, 1e-9))
+            wall, cpu = time.perf_counter() - start, max(time.process_time() - cpu_start, 1e-9)
+            candidate.samples_per_sec.append(samples / wall)
+            candidate.extra.setdefault("samples_per_cpu_second", []).append(samples / cpu)
+            candidate.extra.setdefault("cores_busy", []).append(cpu / wall)
         print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
             f"{c.name} {c.samples_per_sec[-1]:,.0f}" for c in candidates), flush=True)
 

@@ -9,7 +9,7 @@ from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.model.dcnv2 import LowRankCrossNetwork
 from dlrm.model.dlrm import build_model
-from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim
+from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, reference_dot_interaction
 from dlrm.model.mlp import MLP
 
 SIZES = [7, 3, 11, 5]
@@ -47,6 +47,30 @@ def test_dot_interaction_matches_numpy_reference():
     np.testing.assert_allclose(out, numpy_dot_interaction(bottom, embedded), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("batch", [0, 1, 6])
+def test_dot_interaction_gradient_matches_autodiff_of_the_plain_formulation(dtype, batch):
+    rng = np.random.default_rng(batch)
+    bottom = tf.cast(rng.normal(size=(batch, 5)), dtype)
+    embedded = tf.cast(rng.normal(size=(batch, 4, 5)), dtype)
+    weights = tf.cast(rng.normal(size=(batch, dot_interaction_output_dim(4, 5))), dtype)
+
+    @tf.function
+    def value_and_gradients(interaction):
+        with tf.GradientTape() as tape:
+            tape.watch([bottom, embedded])
+            out = interaction(bottom, embedded)
+            loss = tf.reduce_sum(tf.cast(out * weights, tf.float32))
+        return [out, *tape.gradient(loss, [bottom, embedded])]
+
+    got = value_and_gradients(dot_interaction)
+    want = value_and_gradients(reference_dot_interaction)
+    tolerance = 1e-5 if dtype == "float32" else 3e-2
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype == tf.as_dtype(dtype) and g.shape == w.shape
+        np.testing.assert_allclose(tf.cast(g, tf.float32), tf.cast(w, tf.float32), rtol=tolerance, atol=tolerance)
+
+
 def test_reference_dimensions_give_479_interaction_outputs():
     assert dot_interaction_output_dim(26, 128) == 479
 
@@ -68,6 +92,35 @@ def test_mlp_initialisation_is_glorot_normal_kernel_and_reference_bias():
     assert kernel.std() == pytest.approx(math.sqrt(2.0 / 1000), rel=0.03)
     assert bias.std() == pytest.approx(math.sqrt(1.0 / 600), rel=0.15)
     assert mlp(tf.zeros([2, 400])).shape == (2, 1)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("relu_last", [True, False])
+def test_mlp_values_and_gradients_match_its_dense_layers_under_autodiff(policy, relu_last):
+    mlp = MLP(7, (9, 5), relu_last=relu_last, seed=1, dtype=policy)
+    x = tf.constant(np.random.default_rng(0).normal(size=(6, 7)), tf.float32)
+    variables = mlp.trainable_variables
+
+    @tf.function
+    def value_and_gradients(forward):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = forward(x)
+            loss = tf.reduce_sum(tf.cast(out, tf.float32) * tf.range(1.0, 6.0))
+        return [out, *tape.gradient(loss, [x, *variables])]
+
+    def keras_layers(inputs):
+        for layer in mlp.dense_layers:
+            inputs = layer(inputs)
+        return inputs
+
+    got, want = value_and_gradients(mlp), value_and_gradients(keras_layers)
+    assert len(got) == 2 + 2 * 2 and got[0].dtype == tf.as_dtype(mlp.compute_dtype)
+    tolerance = 1e-6 if policy == "float32" else 1e-2
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(tf.cast(g, tf.float32), tf.cast(w, tf.float32), rtol=tolerance, atol=tolerance)
+    if not relu_last:  # the last layer is linear: negative outputs survive
+        assert np.any(tf.cast(got[0], tf.float32).numpy() < 0)
 
 
 @pytest.mark.parametrize("arch", ["dlrm", "dcnv2"])

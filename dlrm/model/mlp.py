@@ -38,6 +38,30 @@ def dense_layer(
     )
 
 
+def _copy_transposed(kernel: tf.Tensor) -> tf.Tensor:
+    """kernel^T as a tensor of its own. Grappler folds a plain 2-D transpose feeding a matmul back
+    into `transpose_b`; a rank-3 transpose followed by a reshape it leaves as a copy."""
+    rows, cols = kernel.shape
+    return tf.reshape(tf.transpose(kernel[None], [0, 2, 1]), [cols, rows])
+
+
+@tf.autograph.experimental.do_not_convert  # autograph would rewrite the returned gradient function
+@tf.custom_gradient
+def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """x @ kernel, whose input gradient multiplies by a transposed copy of the kernel.
+
+    Why: autodiff computes dx = dy @ kernel^T with oneDNN's `transpose_b`, which runs at ~75% of
+    GEMM speed for a wide-in, narrow-out shape such as DLRM's first top layer
+    ([8192, 1024] x [1024, 479]^T: 52 ms instead of 39 ms on 2 cores). Copying the kernel
+    transposed costs well under a millisecond and gives the plain GEMM speed.
+    """
+    def gradient(d_output):
+        return (tf.matmul(d_output, _copy_transposed(kernel)),
+                tf.matmul(x, d_output, transpose_a=True))
+
+    return tf.matmul(x, kernel), gradient
+
+
 class MLP(tf.keras.layers.Layer):
     """input [B, input_dim] -> [B, units[-1]]; ReLU after every layer except (optionally) the last.
 
@@ -74,6 +98,9 @@ class MLP(tf.keras.layers.Layer):
         return self.units[-1]
 
     def call(self, x):
+        # The Dense layers hold the variables; the arithmetic is spelled out here so the matmul
+        # can carry the faster input gradient.
         for layer in self.dense_layers:
-            x = layer(x)
+            kernel = tf.cast(tf.convert_to_tensor(layer.kernel), x.dtype)
+            x = layer.activation(tf.nn.bias_add(matmul(x, kernel), tf.cast(layer.bias, x.dtype)))
         return x

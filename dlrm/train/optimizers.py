@@ -2,8 +2,12 @@
 
 A `tf.IndexedSlices` gradient (what `tf.gather` on a table produces) updates only the rows it
 touches, in the variable AND in its slots ("lazy" Adagrad/Adam): untouched rows keep their values
-and their moments bit for bit. Duplicate ids in a batch are summed first, so a row seen k times gets
-one update with the sum of its k gradients (the gradient of the loss), not k separate ones.
+and their moments bit for bit. For Adagrad and Adam, duplicate ids in a batch are summed first, so a
+row seen k times gets one update with the sum of its k gradients (the gradient of the loss), not k
+separate ones. SGD's update is linear in the gradient, so it subtracts the k rows one after the
+other, in batch order (as Keras' legacy SGD does): the same update up to float rounding, without
+the unique + segment-sum pass (~15 ms of a 750 ms reference step on 2 cores). The scatter is
+serial, hence deterministic, under TensorFlow's op determinism, which the trainer enables.
 Dense tensors (MLP weights) get the ordinary dense update.
 
 Why not Keras optimizers: the new (Keras >= 2.11) optimizers update embedding tables densely, and
@@ -34,6 +38,7 @@ class SparseOptimizer:
 
     slot_names: Tuple[str, ...] = ()
     slot_initial_value: float = 0.0
+    sums_duplicate_rows = True  # False: _apply_sparse gets the gradient's rows as they are
 
     def __init__(self, schedule, name: str):
         self.name = name
@@ -85,7 +90,7 @@ class SparseOptimizer:
         for grad, var in pairs:
             slots = self._slots[var.ref()]
             if isinstance(grad, tf.IndexedSlices):
-                rows, values = sum_duplicate_rows(grad)
+                rows, values = sum_duplicate_rows(grad) if self.sums_duplicate_rows else (grad.indices, grad.values)
                 self._apply_sparse(var, slots, rows, tf.cast(values, var.dtype), lr, step)
             else:
                 self._apply_dense(var, slots, tf.cast(grad, var.dtype), lr, step)
@@ -99,7 +104,9 @@ class SparseOptimizer:
 
 
 class SparseSGD(SparseOptimizer):
-    """var -= lr * grad (legacy Keras SGD without momentum)."""
+    """var -= lr * grad (legacy Keras SGD without momentum); duplicate rows are subtracted in turn."""
+
+    sums_duplicate_rows = False
 
     def _apply_dense(self, var, slots, grad, lr, step):
         var.assign_sub(lr * grad)
