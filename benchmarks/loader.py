@@ -37,22 +37,19 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
 from dlrm.data.binary import BatchReader  # noqa: E402
 from dlrm.data.criteo import preset_cardinalities  # noqa: E402
 from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
-from dlrm.data.synthetic import generate_dataset  # noqa: E402
+from dlrm.data.synthetic import generate_atomically, is_generated  # noqa: E402
 
 RAW_BUFFER_BYTES = 8 << 20
 
 
 def ensure_dataset(directory: str, preset: str, rows: int) -> FeatureSpec:
-    try:
-        spec = FeatureSpec.load(directory).validate()
-        if spec.num_rows("train") == rows and spec.metadata["generator"]["preset"] == preset:
-            return spec
-    except Exception:  # missing or different: regenerate
-        pass
-    generate_dataset(directory, preset_cardinalities(preset), rows, 0, seed=1, preset=preset)
+    sizes = (preset_cardinalities(preset), rows, 0, 1)  # cardinalities, train rows, no test rows, seed
+    if not is_generated(directory, *sizes):
+        generate_atomically(directory, *sizes, preset=preset)
     return FeatureSpec.load(directory)
 
 
@@ -104,8 +101,8 @@ def raw_read_window(paths: list[str], seconds: float, streams: int = 1) -> tuple
             return total, elapsed
 
 
-def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float) -> tuple[float, float, int]:
-    """Full epochs of BatchReader until `seconds` pass; returns (file bytes, seconds, rows)."""
+def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float) -> tuple[float, float]:
+    """Full epochs of BatchReader until `seconds` pass; returns (file bytes, seconds)."""
     record = sum(chunk.record_bytes for chunk in spec.binary_chunks("train"))
     rows, started = 0, time.perf_counter()
     while True:
@@ -113,7 +110,7 @@ def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float) -
             rows += b.label.shape[0]
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
-            return rows * record, elapsed, rows
+            return rows * record, elapsed
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
@@ -123,16 +120,15 @@ def _widen(src, start, out):
         out[k] = src[start + k]
 
 
-def floor_window(paths: list[str], rows: int, batch: int, seconds: float, threads: int = 2) -> tuple[float, float]:
+def floor_window(spec: FeatureSpec, batch: int, seconds: float, threads: int = 2) -> tuple[float, float]:
     """A lower bound on any loader's cost: per batch, read every column's mapped bytes and write them
     zero-extended to 4 bytes per value (what the reader's float32/int32 outputs take), with `threads`
     numba threads; no float16 conversion, no [B, 26] transpose, no checks. Returns (bytes, seconds)."""
     numba.set_num_threads(threads)
-    columns = []
-    for path in paths:
-        width = os.path.getsize(path) // rows  # bytes per row: 1 (label), 26 (13 x float16), 1/2/4 (ids)
-        itemsize = width if width in (1, 2, 4) else 2
-        columns.append((np.memmap(path, {1: np.uint8, 2: np.uint16, 4: np.uint32}[itemsize], "r"), width // itemsize))
+    chunks = spec.binary_chunks("train")
+    rows = spec.num_rows("train")
+    unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+    columns = [(np.memmap(c.path, unsigned[c.dtype.itemsize], "r"), len(c.features)) for c in chunks]
     outputs = [np.empty(batch * per_row, np.uint32) for _, per_row in columns]
     total, started = 0, time.perf_counter()
     while True:
@@ -142,20 +138,11 @@ def floor_window(paths: list[str], rows: int, batch: int, seconds: float, thread
             total += batch
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
-            return total * sum(os.path.getsize(p) for p in paths) / rows, elapsed
+            return total * sum(c.record_bytes for c in chunks), elapsed
 
 
 def machine() -> dict:
-    info = {"cpus": os.cpu_count(), "python": platform.python_version()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-        info["cpu"] = next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name"))
-        flags = next(line for line in text.splitlines() if line.startswith("flags")).split()
-        info["flags"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "f16c") if f in flags]
-    except (OSError, StopIteration):
-        pass
-    return info
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu_model(), "flags": cpu_flags()}
 
 
 def main(argv=None) -> int:
@@ -173,35 +160,30 @@ def main(argv=None) -> int:
     paths = mapping_files(spec, "train")
     file_bytes = sum(os.path.getsize(p) for p in paths)
     record = file_bytes // args.rows
+    window = args.window_seconds
+    runs = {  # name -> one window: (bytes consumed, seconds)
+        "raw_1_stream": lambda: raw_read_window(paths, window, 1),
+        "raw_2_streams": lambda: raw_read_window(paths, window, 2),
+        "reader_1_thread": lambda: reader_window(spec, args.batch, 1, window),
+        "reader_2_threads": lambda: reader_window(spec, args.batch, 2, window),
+        "floor_2_threads": lambda: floor_window(spec, args.batch, window),
+    }
     # warm-up: page cache, numba compilation, allocator
     raw_read_window(paths, 0.0)
     reader_window(spec, args.batch, 1, 0.0)
+    floor_window(spec, args.batch, 0.0)
 
-    floor_window(paths, args.rows, args.batch, 0.0)
-
-    variants = {"raw_1_stream": [], "raw_2_streams": [], "reader_1_thread": [], "reader_2_threads": [],
-                "floor_2_threads": []}
+    variants = {name: [] for name in runs}
     load = {name: [] for name in variants}
     cpu_ms_per_batch = {name: [] for name in variants}  # process CPU time per batch's worth of bytes
     batch_bytes = args.batch * record
     for _ in range(args.windows):
-        for streams, name in ((1, "raw_1_stream"), (2, "raw_2_streams")):
+        for name, run in runs.items():
             load[name].append(os.getloadavg()[0])
             cpu = time.process_time()
-            nbytes, secs = raw_read_window(paths, args.window_seconds, streams)
+            nbytes, secs = run()
             cpu_ms_per_batch[name].append((time.process_time() - cpu) * 1e3 * batch_bytes / nbytes)
             variants[name].append(nbytes / secs)
-        for threads, name in ((1, "reader_1_thread"), (2, "reader_2_threads")):
-            load[name].append(os.getloadavg()[0])
-            cpu = time.process_time()
-            nbytes, secs, _ = reader_window(spec, args.batch, threads, args.window_seconds)
-            cpu_ms_per_batch[name].append((time.process_time() - cpu) * 1e3 * batch_bytes / nbytes)
-            variants[name].append(nbytes / secs)
-        load["floor_2_threads"].append(os.getloadavg()[0])
-        cpu = time.process_time()
-        nbytes, secs = floor_window(paths, args.rows, args.batch, args.window_seconds)
-        cpu_ms_per_batch["floor_2_threads"].append((time.process_time() - cpu) * 1e3 * batch_bytes / nbytes)
-        variants["floor_2_threads"].append(nbytes / secs)
     median = {name: statistics.median(v) for name, v in variants.items()}
     readers = [name for name in variants if name.startswith(("reader", "floor"))]
     best_raw = [max(a, b) for a, b in zip(variants["raw_1_stream"], variants["raw_2_streams"])]

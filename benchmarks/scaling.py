@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.machine import cpu_flags  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 GLOBAL_BATCH = 4096
 TRAIN_ROWS = 65536
@@ -216,10 +220,8 @@ def main() -> None:
         for world in (1, 2):  # alternating, so machine noise hits both alike
             runs.append(run_world(world, dataset, args))
     rows = summarise(runs)
-    flags = subprocess.run(["grep", "-o", "-m1", "-w", "-E", "avx512f|avx512_bf16|avx2", "/proc/cpuinfo"],
-                           capture_output=True, text=True).stdout.split()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{os.cpu_count()} cores, CPU flags {sorted(set(flags))}, shared with other jobs",
+            "machine": f"{os.cpu_count()} cores, CPU flags {cpu_flags()}, shared with other jobs",
             "command": "python " + " ".join(["benchmarks/scaling.py", *sys.argv[1:]]),
             "global_batch": GLOBAL_BATCH}
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from benchmarks.machine import cpu_flags  # noqa: E402
 from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
 from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
@@ -182,15 +183,6 @@ def calibrate(candidate: Candidate, window_seconds: float) -> None:
     candidate.steps_per_window = max(1, int(math.ceil(window_seconds / step_seconds)))
     print(f"  {candidate.name}: first step {candidate.extra['first_step_seconds']} s, then "
           f"{step_seconds:.3f} s/step -> {candidate.steps_per_window} steps per window", flush=True)
-
-
-def cpu_flags() -> List[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line for line in f if line.startswith("flags")).split(":")[1].split()
-    except (OSError, StopIteration):
-        return []
-    return sorted(f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma"))
 
 
 def ratio(a: float, b: float) -> float:

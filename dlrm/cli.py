@@ -15,15 +15,9 @@ import argparse
 import re
 from typing import Callable, Optional, Sequence
 
-from dlrm.config import Config
-from dlrm.embedding.planner import parse_bytes as planner_parse_bytes
-
-def parse_bytes(text: str) -> int:
-    """'80GiB' -> 85899345920, '512MB' -> 512000000, '1e9' -> 1000000000 (the planner's parser)."""
-    try:
-        return planner_parse_bytes(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+from dlrm.config import ARCHS, Config
+from dlrm.data.criteo import PRESET_NAMES
+from dlrm.embedding.planner import OPTIMIZER_SLOTS, STRATEGIES, byte_size
 
 
 def _dims(text: str) -> tuple[int, ...]:
@@ -114,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--dataset_path", [("data", "dataset_dir")], "split-binary dataset directory (feature_spec.yaml)")
     _add(data, "--synthetic_dir", [("data", "synthetic_dir")], "where the embedded synthetic dataset lives")
     _add(data, "--synthetic_preset", [("data", "synthetic_preset")], "table-size preset of the synthetic dataset",
-         choices=["tiny", "t15", "t3", "t0"])
+         choices=PRESET_NAMES)
     _add(data, "--synthetic_train_rows", [("data", "synthetic_train_rows")], "synthetic training rows",
          type=_positive_int)
     _add(data, "--synthetic_test_rows", [("data", "synthetic_test_rows")], "synthetic test rows",
@@ -129,10 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--partial_batch", [("data", "partial_batch")], "last smaller batch of an epoch",
          choices=["keep", "drop"])
     _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=_non_negative_int)
+    _add(data, "--decode_threads", [("data", "decode_threads")], "threads decoding each batch", type=_positive_int)
 
     model = parser.add_argument_group("model")
     _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",
-         choices=["dlrm", "dcnv2"])
+         choices=ARCHS)
     _add(model, "--embedding_dim", [("model", "embedding_dim")], "embedding vector size", type=_positive_int)
     _add(model, "--bottom_mlp_dims", [("model", "bottom_mlp")], "bottom MLP layer sizes, e.g. 512-256-128",
          type=_dims)
@@ -143,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     optim = parser.add_argument_group("optimizer and learning-rate schedule")
     _add(optim, "--optimizer", [("optimizer", "optimizer")], "optimizer (embeddings updated sparsely)",
-         choices=["sgd", "adagrad", "adam"])
+         choices=list(OPTIMIZER_SLOTS))
     _add(optim, "--learning_rate", [("optimizer", "learning_rate")], "peak learning rate", type=_positive_float)
     _add(optim, "--warmup_steps", [("optimizer", "warmup_steps")], "linear warmup steps", type=_non_negative_int)
     _add(optim, "--decay_start_step", [("optimizer", "decay_start_step")], "first step of the polynomial decay",
@@ -156,13 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     shard = parser.add_argument_group("embedding placement (world size > 1)")
     _add(shard, "--sharding_strategy", [("sharding", "strategy")], "table placement strategy",
-         choices=["memory_balanced", "basic"])
+         choices=STRATEGIES)
     _add(shard, "--rank_memory", [("sharding", "rank_memory_bytes")], "embedding memory budget per rank, e.g. 80GiB",
-         type=parse_bytes)
+         type=byte_size)
     _add(shard, "--column_slice_threshold", [("sharding", "column_slice_threshold_bytes")],
-         "tables larger than this are split by columns, e.g. 2GiB", type=parse_bytes)
+         "tables larger than this are split by columns, e.g. 2GiB", type=byte_size)
     _add(shard, "--replicate_threshold", [("sharding", "replicate_threshold_bytes")],
-         "tables up to this size are replicated on every rank, e.g. 1MiB", type=parse_bytes)
+         "tables up to this size are replicated on every rank, e.g. 1MiB", type=byte_size)
 
     train = parser.add_argument_group("training run")
     _add(train, "--mode", [("train", "mode")], "what to run", choices=["train", "eval", "inference_benchmark"])
@@ -209,11 +204,8 @@ def apply_demo_preset(config: Config) -> None:
 
 
 def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
-    if config.model.top_mlp[-1] != 1:
-        parser.error(f"--top_mlp_dims must end with 1 (one logit), got {config.model.top_mlp}")
-    if config.model.arch == "dlrm" and config.model.bottom_mlp[-1] != config.model.embedding_dim:
-        parser.error(f"the DLRM dot interaction needs the bottom MLP to end with --embedding_dim "
-                     f"({config.model.embedding_dim}), got --bottom_mlp_dims {config.model.bottom_mlp}")
+    for problem in config.model.problems():
+        parser.error(problem)
     if config.train.mode == "eval" and not config.train.restore_checkpoint_path \
             and not config.train.save_checkpoint_path:
         parser.error("--mode eval needs --restore_checkpoint_path (or --save_checkpoint_path holding a checkpoint)")

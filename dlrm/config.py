@@ -27,6 +27,12 @@ class DataConfig:
     # What to do with a last batch smaller than the global batch: "keep" or "drop" (reported either way).
     partial_batch: str = "keep"
     prefetch_batches: int = 4
+    # Threads decoding each batch (the prefetch thread plus helpers): more than 1 pays off only
+    # with a core to spare next to the training step (benchmarks/loader.py).
+    decode_threads: int = 1
+
+
+ARCHS = ("dlrm", "dcnv2")
 
 
 @dataclass
@@ -38,6 +44,18 @@ class ModelConfig:
     num_cross_layers: int = 3
     cross_projection_dim: int = 512
     seed: int = 0
+
+    def problems(self) -> list[str]:
+        """Why this model cannot be built (empty if it can): checked by the CLI and by the model."""
+        found = []
+        if self.arch not in ARCHS:
+            found.append(f"model arch must be one of {ARCHS}, got {self.arch!r}")
+        if tuple(self.top_mlp)[-1:] != (1,):
+            found.append(f"the top MLP (--top_mlp_dims) must end in 1 unit (a logit), got {tuple(self.top_mlp)}")
+        if self.arch == "dlrm" and tuple(self.bottom_mlp)[-1:] != (self.embedding_dim,):
+            found.append(f"the DLRM dot interaction needs the bottom MLP (--bottom_mlp_dims) to end in the "
+                         f"embedding dim ({self.embedding_dim}), got {tuple(self.bottom_mlp)}")
+        return found
 
 
 @dataclass

@@ -7,7 +7,8 @@ import pytest
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.model.dlrm import build_model
-from dlrm.train.evaluate import exact_auc, log_loss_from_logits, make_predict_step, predict_batches
+from dlrm.metrics import exact_auc, log_loss_from_logits
+from dlrm.train.evaluate import make_predict_step, predict_batches
 
 
 def brute_force_auc(labels, scores):

@@ -1,7 +1,8 @@
 """Flags -> Config: reference defaults with a dataset, the demo preset without, explicit flags win."""
 import pytest
 
-from dlrm.cli import DEMO_PRESET, build_parser, parse_bytes, parse_config
+from dlrm.cli import DEMO_PRESET, build_parser, parse_config
+from dlrm.embedding.planner import parse_bytes
 from dlrm.config import Config
 
 
@@ -45,6 +46,7 @@ def test_every_flag_maps_to_its_field():
         "--synthetic_train_rows", "1000", "--synthetic_test_rows", "100", "--synthetic_seed", "7",
         "--train_mapping", "tr", "--test_mapping", "te", "--global_batch_size", "1024",
         "--valid_batch_size", "4096", "--partial_batch", "drop", "--prefetch_batches", "2",
+        "--decode_threads", "3",
         "--arch", "dcnv2", "--embedding_dim", "64", "--bottom_mlp_dims", "256-64",
         "--top_mlp_dims", "512,256,1", "--dcn_num_layers", "2", "--dcn_low_rank_dim", "128",
         "--optimizer", "adam", "--learning_rate", "0.001", "--warmup_steps", "10",
@@ -62,7 +64,7 @@ def test_every_flag_maps_to_its_field():
     assert (c.data.synthetic_train_rows, c.data.synthetic_test_rows, c.data.synthetic_seed) == (1000, 100, 7)
     assert (c.data.train_mapping, c.data.test_mapping) == ("tr", "te")
     assert (c.data.global_batch_size, c.data.eval_batch_size) == (1024, 4096)
-    assert (c.data.partial_batch, c.data.prefetch_batches) == ("drop", 2)
+    assert (c.data.partial_batch, c.data.prefetch_batches, c.data.decode_threads) == ("drop", 2, 3)
     assert (c.model.arch, c.model.embedding_dim, c.model.bottom_mlp, c.model.top_mlp) == \
         ("dcnv2", 64, (256, 64), (512, 256, 1))
     assert (c.model.num_cross_layers, c.model.cross_projection_dim, c.model.seed) == (2, 128, 42)
@@ -92,8 +94,8 @@ def test_every_parser_flag_is_exercised_above():
     (["--optimizer", "lamb"], "invalid choice"),
     (["--global_batch_size", "0"], "positive integer"),
     (["--rank_memory", "lots"], "invalid size"),
-    (["--top_mlp_dims", "64-2"], "must end with 1"),
-    (["--dataset_path", "/d", "--embedding_dim", "64"], "bottom MLP to end with --embedding_dim"),
+    (["--top_mlp_dims", "64-2"], "must end in 1 unit"),
+    (["--dataset_path", "/d", "--embedding_dim", "64"], "bottom MLP (--bottom_mlp_dims) to end in the embedding dim"),
     (["--mode", "eval"], "--restore_checkpoint_path"),
 ])
 def test_bad_flags_are_rejected_with_a_clear_message(argv, message, capsys):

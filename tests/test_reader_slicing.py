@@ -14,7 +14,7 @@ def dataset(tmp_path_factory):
 
 
 def rows_seen(spec, world_size, global_batch, partial_batch="keep", start_batch=0):
-    """{rank: list of (batch index, first row, labels, ids)} for every rank, plus each reader."""
+    """{rank: list of its Batch objects} for every rank, plus each reader."""
     seen, readers = {}, []
     for rank in range(world_size):
         reader = BatchReader(spec, "train", global_batch, rank=rank, world_size=world_size,
@@ -139,6 +139,7 @@ def test_held_batches_are_never_overwritten(dataset):
         np.testing.assert_array_equal(batch.categorical, expected[batch.index])
     for index, view in views:
         np.testing.assert_array_equal(view, expected[index][1:])
+    assert len(addresses) < len(reader)  # the batches dropped (index % 3 == 2) gave their arrays back
     # batches the consumer drops are reused: inline, two sets alternate (+1 for the smaller last batch)
     inline = BatchReader(spec, "train", 4, prefetch=0)
     assert len({b.categorical.ctypes.data for b in inline}) <= 3 < len(inline)

@@ -88,7 +88,7 @@ def test_huge_tables_need_no_per_id_memory(tmp_path):
     spec = generate_dataset(str(tmp_path), cards, 2000, 500, seed=3)
     assert spec.dtype("cat_0") == np.int32
     batch = BatchReader(FeatureSpec.load(str(tmp_path)), "train", 2000, prefetch=0).read_batch(0)
-    assert batch.categorical.max(axis=0).tolist() <= [c - 1 for c in cards]
+    assert (batch.categorical.max(axis=0) < np.asarray(cards)).all()
     assert (batch.categorical[:, 0] > 1000).mean() > 0.2  # the long tail is reached
 
 

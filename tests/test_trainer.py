@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from dlrm.cli import parse_config
+from dlrm.data.binary import BatchReader
 from dlrm.train import checkpoint, trainer
 from dlrm.train.metrics_log import MetricsLog, read_metrics
 
@@ -29,7 +30,8 @@ def _run(synthetic_dir, tmp_path, *flags):
     return trainer.run(config)
 
 
-@pytest.mark.parametrize("arch, optimizer, lr, extra", [("dlrm", "sgd", "0.5", []), ("dlrm", "adagrad", "0.05", []),
+@pytest.mark.parametrize("arch, optimizer, lr, extra", [("dlrm", "sgd", "0.5", []),
+                                                         ("dlrm", "adagrad", "0.05", ["--decode_threads", "2"]),
                                                          ("dcnv2", "adam", "0.01", ["--amp", "--xla"])])
 def test_few_steps_train_evaluate_log_and_checkpoint(synthetic_dir, tmp_path, arch, optimizer, lr, extra):
     result = _run(synthetic_dir, tmp_path, "--arch", arch, "--optimizer", optimizer, "--learning_rate", lr,
@@ -95,6 +97,20 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_pa
         assert all(np.isfinite(a).all() for a in checkpoint.read_arrays(os.path.join(ckpt_dir, name)).values())
     stopped = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "stopped"]
     assert [r["step"] for r in stopped] == [failed_at]
+
+
+def test_reader_gets_the_configured_decode_threads_and_prefetch(synthetic_dir):
+    config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL + ["--decode_threads", "2",
+                                                                        "--prefetch_batches", "3"])
+    parts = trainer.build_parts(config, trainer.prepare_dataset(config.data, MetricsLog("", enabled=False)),
+                                with_optimizer=False)
+    reader = trainer.make_reader(parts, config.data.train_mapping, 512)
+    assert (reader.threads, reader.prefetch) == (2, 3)
+    two_threads = list(reader)
+    one_thread = list(BatchReader(parts.spec, config.data.train_mapping, 512, threads=1))
+    assert len(two_threads) == len(one_thread) == len(reader) > 1
+    for a, b in zip(two_threads, one_thread):
+        assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("numerical", "categorical", "label"))
 
 
 def test_loss_is_the_global_batch_mean_also_for_a_short_batch(synthetic_dir, tmp_path):

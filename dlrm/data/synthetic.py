@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,7 +28,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from dlrm.metrics import exact_auc
+from dlrm.metrics import exact_auc, log_loss_from_logits
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities
 from dlrm.data.feature_spec import FeatureSpec
@@ -211,20 +212,25 @@ def _bias_for_rate(logits: np.ndarray, rate: float) -> float:
 
 # ---------------------------------------------------------------------------------- the dataset
 def _write_mapping(out_dir: str, spec: FeatureSpec, mapping: str, mapping_index: int, rows: int, seed: int,
-                   model: ClickModel, log_means: np.ndarray, params: GeneratorParams) -> tuple[np.ndarray, np.ndarray]:
-    """Generate and write `rows` rows; returns (true probabilities, labels) of the mapping."""
-    probabilities = np.empty(rows, dtype=np.float64)
-    labels = np.empty(rows, dtype=bool)
+                   model: ClickModel, log_means: np.ndarray, params: GeneratorParams,
+                   keep_scores: bool) -> tuple[int, Optional[np.ndarray], Optional[np.ndarray]]:
+    """Generate and write `rows` rows; returns the number of clicks and, with `keep_scores`, the true
+    click logits and labels of every row (memory per row: only the test mapping needs them)."""
+    logits = np.empty(rows if keep_scores else 0, dtype=np.float64)
+    labels = np.empty(rows if keep_scores else 0, dtype=bool)
+    clicks = 0
     with SplitBinaryWriter(out_dir, spec, mapping) as writer:
         for block, start in enumerate(range(0, rows, BLOCK_ROWS)):
             n = min(BLOCK_ROWS, rows - start)
             seq = np.random.SeedSequence([seed, GENERATOR_VERSION, 1 + mapping_index, block])
             numerical, categorical, rng = _sample_features(seq, n, model.cardinalities, log_means, params)
-            p = 1.0 / (1.0 + np.exp(-model.click_logits(numerical, categorical)))
-            y = rng.random(n) < p
+            z = model.click_logits(numerical, categorical)
+            y = rng.random(n) < 1.0 / (1.0 + np.exp(-z))
             writer.write(y, numerical, categorical)
-            probabilities[start:start + n], labels[start:start + n] = p, y
-    return probabilities, labels
+            clicks += int(y.sum())
+            if keep_scores:
+                logits[start:start + n], labels[start:start + n] = z, y
+    return clicks, (logits if keep_scores else None), (labels if keep_scores else None)
 
 
 def generate_dataset(out_dir: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int,
@@ -236,16 +242,18 @@ def generate_dataset(out_dir: str, cardinalities: Sequence[int], train_rows: int
     model, log_means = build_click_model(cardinalities, num_numerical, seed, params)
     spec = FeatureSpec.criteo_like(model.cardinalities, num_numerical, mappings=("train", "test"))
     os.makedirs(out_dir, exist_ok=True)
-    _, train_y = _write_mapping(out_dir, spec, "train", 0, train_rows, seed, model, log_means, params)
-    test_p, test_y = _write_mapping(out_dir, spec, "test", 1, test_rows, seed, model, log_means, params)
+    train_clicks, _, _ = _write_mapping(out_dir, spec, "train", 0, train_rows, seed, model, log_means, params,
+                                        keep_scores=False)
+    test_clicks, test_z, test_y = _write_mapping(out_dir, spec, "test", 1, test_rows, seed, model, log_means,
+                                                 params, keep_scores=True)
     model.save(os.path.join(out_dir, GROUND_TRUTH_FILE))
     spec.metadata = {
         "num_rows": {"train": int(train_rows), "test": int(test_rows)},
         "seed": int(seed),
-        "bayes_auc": exact_auc(test_y, test_p) if test_rows else None,
-        "bayes_logloss": _logloss(test_y, test_p) if test_rows else None,
-        "positive_rate": {"train": float(train_y.mean()) if train_rows else None,
-                          "test": float(test_y.mean()) if test_rows else None},
+        "bayes_auc": exact_auc(test_y, test_z) if test_rows else None,
+        "bayes_logloss": log_loss_from_logits(test_y, test_z) if test_rows else None,
+        "positive_rate": {"train": train_clicks / train_rows if train_rows else None,
+                          "test": test_clicks / test_rows if test_rows else None},
         "generator": {"name": "dlrm.data.synthetic", "version": GENERATOR_VERSION, "seed": int(seed),
                       "preset": preset, "block_rows": BLOCK_ROWS, "params": asdict(params),
                       "pairs": [list(p) for p in model.pairs], "bias": float(model.bias),
@@ -255,9 +263,30 @@ def generate_dataset(out_dir: str, cardinalities: Sequence[int], train_rows: int
     return spec
 
 
-def _logloss(labels: np.ndarray, probabilities: np.ndarray) -> float:
-    p = np.clip(probabilities, 1e-12, 1 - 1e-12)
-    return float(-np.mean(np.where(labels, np.log(p), np.log1p(-p))))
+def is_generated(directory: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int) -> bool:
+    """True if `directory` holds exactly this dataset from this generator version (safe to reuse)."""
+    from dlrm.data.errors import SpecError
+
+    try:
+        spec = FeatureSpec.load(directory).validate()
+        return (spec.cardinalities == list(cardinalities)
+                and spec.num_rows("train") == train_rows and spec.num_rows("test") == test_rows
+                and spec.metadata.get("seed") == seed
+                and spec.metadata.get("generator", {}).get("version") == GENERATOR_VERSION)
+    except (SpecError, OSError, KeyError, ValueError):
+        return False
+
+
+def generate_atomically(directory: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int,
+                        preset: Optional[str] = None) -> None:
+    """`generate_dataset` into a temporary directory renamed over `directory`: a half-written
+    dataset is never reused, and an outdated one is replaced only once the new one is complete."""
+    tmp = f"{directory}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    generate_dataset(tmp, cardinalities, train_rows, test_rows, seed, preset=preset)
+    if os.path.exists(directory):
+        shutil.rmtree(directory)
+    os.rename(tmp, directory)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

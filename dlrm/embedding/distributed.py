@@ -179,8 +179,10 @@ class DistributedEmbedding(EmbeddingCollection):
         widths = tf.gather(self._shard_widths, keys)
         offsets = tf.cumsum(widths, exclusive=True)
         values, slots = [tf.zeros([0], tf.float32)], [tf.zeros([0], tf.int32)]
-        for key, (piece, variable) in enumerate(self._shards):
-            mine = tf.where(tf.equal(keys, key))[:, 0]
+        # One pass splits the received positions by shard key (order kept within each shard).
+        by_shard = (tf.dynamic_partition(tf.range(tf.shape(keys)[0]), keys, len(self._shards))
+                    if self._shards else [])
+        for (piece, variable), mine in zip(self._shards, by_shard):
             found = tf.gather(variable, tf.gather(rows, mine))  # sparse gradient on the shard
             width = piece.col_end - piece.col_start
             values.append(tf.reshape(found, [-1]))

@@ -151,6 +151,14 @@ def parse_bytes(text: str) -> int:
     return int(number * scale)
 
 
+def byte_size(text: str) -> int:
+    """`parse_bytes` as an argparse type: a bad size is a usage error, not a traceback."""
+    try:
+        return parse_bytes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def format_bytes(n: float) -> str:
     for unit, scale in (("TiB", 1024**4), ("GiB", GiB), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= scale:
@@ -398,10 +406,11 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--table_rows", help="comma-separated table sizes")
     parser.add_argument("--world_size", type=int, required=True)
     parser.add_argument("--embedding_dim", type=int, default=128)
-    parser.add_argument("--rank_memory", default=None, help="per-rank budget, e.g. 80GiB (default: none)")
+    parser.add_argument("--rank_memory", type=byte_size, default=None,
+                        help="per-rank budget, e.g. 80GiB (default: none)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="memory_balanced")
-    parser.add_argument("--column_slice_threshold", default=None, help="e.g. 4GiB (default: off)")
-    parser.add_argument("--replicate_threshold", default="0", help="e.g. 1MiB (default: 0 = off)")
+    parser.add_argument("--column_slice_threshold", type=byte_size, default=None, help="e.g. 4GiB (default: off)")
+    parser.add_argument("--replicate_threshold", type=byte_size, default=0, help="e.g. 1MiB (default: 0 = off)")
     parser.add_argument("--bytes_per_element", type=int, default=4)
     parser.add_argument("--optimizer_slots", type=int, default=0,
                         help="optimizer state copies per weight: SGD 0, Adagrad 1, Adam 2")
@@ -421,10 +430,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows = [int(x) for x in args.table_rows.split(",") if x.strip()]
     sharding = ShardingConfig(
         strategy=args.strategy,
-        rank_memory_bytes=parse_bytes(args.rank_memory) if args.rank_memory else None,
-        column_slice_threshold_bytes=(parse_bytes(args.column_slice_threshold)
-                                      if args.column_slice_threshold else None),
-        replicate_threshold_bytes=parse_bytes(args.replicate_threshold),
+        rank_memory_bytes=args.rank_memory,
+        column_slice_threshold_bytes=args.column_slice_threshold,
+        replicate_threshold_bytes=args.replicate_threshold,
         bytes_per_element=args.bytes_per_element)
     try:
         plan = plan_embeddings(rows, args.embedding_dim, args.world_size, sharding,

@@ -12,14 +12,13 @@ from typing import List
 import tensorflow as tf
 
 from dlrm.config import ModelConfig
+from dlrm.data.criteo import NUM_NUMERICAL
 from dlrm.embedding.base import EmbeddingCollection
 from dlrm.model.dcnv2 import LowRankCrossNetwork
 from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim
 from dlrm.model.mlp import MLP
 from dlrm.model.precision import compute_dtype, keras_policy
 
-NUM_NUMERICAL = 13
-ARCHS = ("dlrm", "dcnv2")
 
 
 class RecommenderModel(tf.keras.Model):
@@ -28,15 +27,13 @@ class RecommenderModel(tf.keras.Model):
     def __init__(self, model_cfg: ModelConfig, embeddings: EmbeddingCollection,
                  amp: bool = False, xla: bool = False):
         super().__init__(name=f"{model_cfg.arch}_model", dtype="float32")
-        if model_cfg.arch not in ARCHS:
-            raise ValueError(f"model arch must be one of {ARCHS}, got {model_cfg.arch!r}")
+        if model_cfg.problems():
+            raise ValueError("; ".join(model_cfg.problems()))
         if embeddings.dim != model_cfg.embedding_dim:
             raise ValueError(
                 f"embedding dim {embeddings.dim} differs from ModelConfig.embedding_dim "
                 f"{model_cfg.embedding_dim}"
             )
-        if tuple(model_cfg.top_mlp)[-1:] != (1,):
-            raise ValueError(f"the top MLP must end in 1 unit (a logit), got {model_cfg.top_mlp}")
         self.arch = model_cfg.arch
         self.num_tables = len(embeddings.table_sizes)
         self.dim = embeddings.dim
@@ -48,11 +45,6 @@ class RecommenderModel(tf.keras.Model):
         self.bottom_mlp = MLP(NUM_NUMERICAL, model_cfg.bottom_mlp, relu_last=True,
                               seed=seed * 10 + 1, dtype=policy, name="bottom_mlp")
         if self.arch == "dlrm":
-            if self.bottom_mlp.output_dim != self.dim:
-                raise ValueError(
-                    f"dot interaction needs the bottom MLP to end in the embedding dim "
-                    f"({self.dim}), got bottom_mlp={tuple(model_cfg.bottom_mlp)}"
-                )
             self.cross = None
             top_input = dot_interaction_output_dim(self.num_tables, self.dim)
         else:
@@ -80,6 +72,12 @@ class RecommenderModel(tf.keras.Model):
             features = self.cross(tf.concat([bottom, flat], axis=1))
         logits = self.top_mlp(features)
         return tf.cast(tf.reshape(logits, [-1]), tf.float32)
+
+    @property
+    def input_signature(self) -> List[tf.TensorSpec]:
+        """(numerical, categorical) specs for any batch size: one `tf.function` trace serves all."""
+        return [tf.TensorSpec([None, NUM_NUMERICAL], tf.float32),
+                tf.TensorSpec([None, self.num_tables], tf.int32)]
 
     def call(self, numerical, categorical, training=False):
         embedded = self.embeddings(categorical)

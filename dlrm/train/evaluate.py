@@ -1,4 +1,4 @@
-"""The forward pass over a reader's batches, and the metrics it is scored with (dlrm.metrics).
+"""The forward pass over a reader's batches (scored with `dlrm.metrics`).
 
 Scores are logits: AUC only depends on their
 order, and float32 sigmoids saturate to exactly 1.0 above logit ~17, which would create false ties.
@@ -10,16 +10,12 @@ from typing import Iterable, Tuple
 import numpy as np
 import tensorflow as tf
 
-from dlrm.metrics import exact_auc, log_loss_from_logits  # noqa: F401 (re-exported)
 
 
 def make_predict_step(model):
     """A `tf.function` (one trace for every batch size, including 0) returning logits."""
 
-    @tf.function(input_signature=[
-        tf.TensorSpec([None, 13], tf.float32),
-        tf.TensorSpec([None, len(model.embeddings.table_sizes)], tf.int32),
-    ])
+    @tf.function(input_signature=model.input_signature)
     def predict_step(numerical, categorical):
         return model(numerical, categorical, training=False)
 
