@@ -31,8 +31,8 @@ RUN grep -v '^tensorflow-cpu' requirements.txt > /tmp/requirements-image.txt \
 COPY . .
 RUN python -m pip install --no-cache-dir --no-deps --no-build-isolation -e .
 
+# Spark's PYSPARK_PYTHON and, for local masters only, SPARK_LOCAL_IP are set by
+# preproc_spark3/session.py (start_session): a fixed SPARK_LOCAL_IP here would break non-local masters.
 ENV PYTHONUNBUFFERED=1 \
-    SPARK_LOCAL_IP=127.0.0.1 \
-    PYSPARK_PYTHON=python \
     DLRM_ROOT=/workspace/dlrm \
     DLRM_PYTHON=python

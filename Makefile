@@ -1,11 +1,13 @@
 # The two set-up commands (README): `make demo` runs the main job, `make test` runs the tests.
 # Both build .venv (Debian packages, pinned Python stack, Horovod from source) the first time.
-PY := .venv/bin/python
+# The venv: `make VENV=...`, else $DLRM_VENV (as scripts/bootstrap.sh), else .venv; bootstrap builds that one.
+VENV ?= $(or $(DLRM_VENV),.venv)
+PY := $(VENV)/bin/python
 
 .PHONY: env demo test test-fast
 
 env:
-	bash scripts/bootstrap.sh
+	DLRM_VENV="$(abspath $(VENV))" bash scripts/bootstrap.sh
 
 demo: env
 	$(PY) main.py

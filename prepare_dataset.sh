@@ -22,8 +22,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 python=${PYTHON:-"$here/.venv/bin/python"}
 [[ -x "$python" ]] || { echo "error: python not found at $python (set PYTHON=...)" >&2; exit 2; }
 
-# Spark's Python workers must use the same interpreter (and packages) as the driver.
-export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$python}
-# (start_session sets SPARK_LOCAL_IP=127.0.0.1 for local masters unless it is already set.)
+# start_session (preproc_spark3/session.py) points Spark's Python workers at this interpreter and sets
+# SPARK_LOCAL_IP=127.0.0.1 for local masters, unless PYSPARK_PYTHON / SPARK_LOCAL_IP are already set.
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 exec "$python" -m preproc_spark3 "$raw_dir" "$out_dir" --frequency_threshold "$threshold" "$@"

@@ -107,7 +107,7 @@ def main() -> None:
         print(f"generated {a.rows} rows in {time.perf_counter() - t:.0f} s", flush=True)
     raw_bytes = sum(f.stat().st_size for f in raw.iterdir())
 
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # start_session sets PYSPARK_PYTHON and SPARK_LOCAL_IP
     spark_cmd = [sys.executable, "-m", "preproc_spark3", str(raw), str(work / "out_spark"),
                  "--frequency_threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2",
                  "--master", f"local[{a.cores}]", "--driver_memory", a.driver_memory,

@@ -22,10 +22,11 @@ import pyarrow.csv as pacsv
 
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.feature_spec import FeatureSpec
-from preproc_spark3.config import parse_days
+from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
+from preproc_spark3.config import RAW_FIELD_COUNT, parse_days
+from preproc_spark3.transform import first_half_lines
 from preproc_spark3.validate import HEX_PATTERN, INTEGER_PATTERN
 
-N_INT, N_CAT, N_FIELDS = 13, 26, 40
 _HEX_VALUE = np.full(256, 0, dtype=np.uint32)
 for _c in "0123456789abcdef":
     _HEX_VALUE[ord(_c)] = int(_c, 16)
@@ -45,12 +46,12 @@ def read_lines(path: Path) -> pa.Array:
 def parse_day(path: Path, quarantine) -> dict[str, np.ndarray]:
     lines = read_lines(path)
     fields = pc.split_pattern(lines, "\t")
-    good = pc.equal(pc.list_value_length(fields), N_FIELDS)
+    good = pc.equal(pc.list_value_length(fields), RAW_FIELD_COUNT)
     flat = pc.list_flatten(pc.filter(fields, good))
-    columns = [pc.take(flat, pa.array(np.arange(i, len(flat), N_FIELDS))) for i in range(N_FIELDS)]
+    columns = [pc.take(flat, pa.array(np.arange(i, len(flat), RAW_FIELD_COUNT))) for i in range(RAW_FIELD_COUNT)]
     ok = pc.is_in(columns[0], pa.array(["0", "1"]))
-    for i in range(1, N_FIELDS):
-        pattern = INTEGER_PATTERN if i <= N_INT else HEX_PATTERN
+    for i in range(1, RAW_FIELD_COUNT):
+        pattern = INTEGER_PATTERN if i <= NUM_NUMERICAL else HEX_PATTERN
         ok = pc.and_(ok, pc.or_(pc.equal(columns[i], ""), pc.match_substring_regex(columns[i], pattern)))
     ok = ok.to_numpy(zero_copy_only=False)
     line_numbers = np.flatnonzero(good.to_numpy(zero_copy_only=False)) + 1
@@ -62,10 +63,10 @@ def parse_day(path: Path, quarantine) -> dict[str, np.ndarray]:
     keep = pa.array(ok)
     columns = [pc.filter(c, keep) for c in columns]
     ints = []
-    for c in columns[1:1 + N_INT]:
+    for c in columns[1:1 + NUM_NUMERICAL]:
         ints.append(pc.fill_null(pc.cast(pc.if_else(pc.equal(c, ""), None, c), pa.int64()), 0).to_numpy())
     cats = []
-    for c in columns[1 + N_INT:]:
+    for c in columns[1 + NUM_NUMERICAL:]:
         padded = pc.utf8_lpad(c, 8, "0")
         raw = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[: 8 * len(padded)].reshape(-1, 8)
         nibbles = _HEX_VALUE[raw]
@@ -79,7 +80,7 @@ def parse_day(path: Path, quarantine) -> dict[str, np.ndarray]:
             "line": line_numbers[ok], "lines_in_file": len(lines), "malformed": len(bad_numbers)}
 
 
-def dictionary(values: np.ndarray, threshold: int) -> np.ndarray:
+def dictionary(values: np.ndarray, threshold: int) -> tuple[np.ndarray, np.ndarray]:
     """Kept values sorted ascending, with their ids (descending count, ties by value) -> (values, ids)."""
     present = values[values >= 0]
     uniq, counts = np.unique(present, return_counts=True)
@@ -115,7 +116,7 @@ def main(argv=None) -> None:
     with open(out / "quarantine.jsonl", "w") as quarantine:
         days = {d: parse_day(Path(a.raw_dir) / f"day_{d}", quarantine) for d in (*train_days, a.eval_day)}
     train_cats = np.concatenate([days[d]["cats"] for d in train_days])
-    maps = [dictionary(train_cats[:, f], a.threshold) for f in range(N_CAT)]
+    maps = [dictionary(train_cats[:, f], a.threshold) for f in range(NUM_CATEGORICAL)]
     cards = [len(u) + 1 for u, _ in maps]
     spec = FeatureSpec.criteo_like(cards, mappings=("train", "test", "validation"), base_directory=str(out))
 
@@ -130,17 +131,18 @@ def main(argv=None) -> None:
     n_train = len(train_cats)
     del train_cats
     ev = days[a.eval_day]
-    first_half = ev["line"] <= (ev["lines_in_file"] + 1) // 2
+    first_half = ev["line"] <= first_half_lines(ev["lines_in_file"])
+    eval_arrays = arrays([ev])
     splits = {"train": arrays([days[d] for d in train_days], np.random.default_rng(a.seed).permutation(n_train)),
-              "test": tuple(x[first_half] for x in arrays([ev])),
-              "validation": tuple(x[~first_half] for x in arrays([ev]))}
+              "test": tuple(x[first_half] for x in eval_arrays),
+              "validation": tuple(x[~first_half] for x in eval_arrays)}
     rows = {}
     for name, (label, ints, cats) in splits.items():
         with SplitBinaryWriter(str(out), spec, name) as writer:
             for s in range(0, len(label), a.chunk_rows):
                 e = s + a.chunk_rows
                 numerical = np.log(np.maximum(ints[s:e], 0).astype(np.float64) + 1.0).astype(np.float32)
-                writer.write(label[s:e], numerical, [apply(cats[s:e, f], *maps[f]) for f in range(N_CAT)])
+                writer.write(label[s:e], numerical, [apply(cats[s:e, f], *maps[f]) for f in range(NUM_CATEGORICAL)])
         rows[name] = len(label)
     spec.metadata["num_rows"] = rows
     spec.save(str(out))

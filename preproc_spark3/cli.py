@@ -25,14 +25,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Raw Criteo 1TB click-log days (day_0 .. day_23) -> split-binary DLRM dataset, with Spark 3.")
     p.add_argument("raw_dir", help="directory holding day_<N> files (optionally day_<N>.gz)")
     p.add_argument("out_dir", help="dataset directory to write (feature_spec.yaml, train/, test/, validation/)")
-    p.add_argument("--frequency_threshold", default="0",
+    p.add_argument("--frequency_threshold", type=parse_thresholds, default=_PREPROC_DEFAULTS.thresholds,
                    help="T, or T with per-feature overrides like '15,C3:3,C20:0'; values seen < T times -> id 0")
-    p.add_argument("--train_days", default="0-22", help="training days, e.g. '0-22' (the N of day_N)")
-    p.add_argument("--eval_day", type=int, default=23,
+    p.add_argument("--train_days", type=parse_days, default=_PREPROC_DEFAULTS.train_days,
+                   help="training days, e.g. '0-22' (the N of day_N)")
+    p.add_argument("--eval_day", type=int, default=_PREPROC_DEFAULTS.eval_day,
                    help="day split by line count into test (first half) and validation (second half)")
     p.add_argument("--dictionary_from_all_days", action="store_true",
                    help="NVIDIA compatibility: count the vocabulary over the evaluation day too (leaks it)")
-    p.add_argument("--log_offset", type=float, default=1.0, help="numericals -> log(x + offset); NVIDIA TF2 uses 3")
+    p.add_argument("--log_offset", type=float, default=_PREPROC_DEFAULTS.log_offset,
+                   help="numericals -> log(x + offset); NVIDIA TF2 uses 3")
     p.add_argument("--no_shuffle", action="store_true", help="keep the training rows in input (day, line) order")
     p.add_argument("--seed", type=int, default=_PREPROC_DEFAULTS.seed, help="seed of the global training shuffle")
     p.add_argument("--max_malformed_fraction", type=float, default=_PREPROC_DEFAULTS.max_malformed_fraction,
@@ -49,8 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--driver_memory", default=_env("PREPROC_DRIVER_MEMORY", _SPARK_DEFAULTS.driver_memory),
                    help="in local mode the driver runs every task: give it most of the memory")
     s.add_argument("--executor_memory", default=_env("PREPROC_EXECUTOR_MEMORY", _SPARK_DEFAULTS.executor_memory))
+    # A string default: argparse converts it like a typed value, so a bad env value is a usage error.
     s.add_argument("--shuffle_partitions", type=int,
-                   default=int(_env("PREPROC_SHUFFLE_PARTITIONS", _SPARK_DEFAULTS.shuffle_partitions)))
+                   default=_env("PREPROC_SHUFFLE_PARTITIONS", str(_SPARK_DEFAULTS.shuffle_partitions)),
+                   help="Spark SQL shuffle partitions (env PREPROC_SHUFFLE_PARTITIONS)")
     s.add_argument("--local_dir", default=_env("PREPROC_LOCAL_DIR", _SPARK_DEFAULTS.local_dir),
                    help="spill / shuffle directory (fast local disk with room for ~2x the input)")
     s.add_argument("--max_partition_bytes", default=_env("PREPROC_MAX_PARTITION_BYTES",
@@ -59,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="any other Spark property (repeatable), applied last")
     g = p.add_argument_group("GPU (RAPIDS Accelerator for Apache Spark)")
     g.add_argument("--gpu", action="store_true", help="run the SQL stages on GPUs (needs --rapids_jar)")
-    g.add_argument("--rapids_jar", default=_env(RAPIDS_JAR_ENV, None),
+    g.add_argument("--rapids_jar", default=_env(RAPIDS_JAR_ENV, _SPARK_DEFAULTS.rapids_jar),
                    help=f"rapids-4-spark_2.12-<version>.jar (or env {RAPIDS_JAR_ENV})")
-    g.add_argument("--gpu_discovery_script", default=None,
+    g.add_argument("--gpu_discovery_script", default=_SPARK_DEFAULTS.gpu_discovery_script,
                    help="prints the host's GPUs as JSON; default preproc_spark3/get_gpus_resources.sh")
     g.add_argument("--gpus_per_executor", type=int, default=_SPARK_DEFAULTS.gpus_per_executor)
     g.add_argument("--concurrent_gpu_tasks", type=int, default=_SPARK_DEFAULTS.concurrent_gpu_tasks)
@@ -86,8 +90,8 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
                           gpu_discovery_script=a.gpu_discovery_script, gpus_per_executor=a.gpus_per_executor,
                           concurrent_gpu_tasks=a.concurrent_gpu_tasks,
                           extra_conf=_spark_conf_pairs(a.spark_conf))
-    config = PreprocConfig(raw_dir=a.raw_dir, out_dir=a.out_dir, thresholds=parse_thresholds(a.frequency_threshold),
-                           train_days=parse_days(a.train_days), eval_day=a.eval_day,
+    config = PreprocConfig(raw_dir=a.raw_dir, out_dir=a.out_dir, thresholds=a.frequency_threshold,
+                           train_days=a.train_days, eval_day=a.eval_day,
                            dictionary_from_all_days=a.dictionary_from_all_days, log_offset=a.log_offset,
                            shuffle=not a.no_shuffle, seed=a.seed, max_malformed_fraction=a.max_malformed_fraction,
                            broadcast_max_rows=a.broadcast_max_rows, conversion_batch_rows=a.conversion_batch_rows,

@@ -72,9 +72,8 @@ class PreprocConfig:
 
     @property
     def dictionary_days(self) -> tuple[int, ...]:
-        if self.dictionary_from_all_days:
-            return tuple(sorted(set(self.train_days) | {self.eval_day}))
-        return self.train_days
+        """Days whose values make the vocabulary: the training days (all days for NVIDIA compatibility)."""
+        return self.all_days if self.dictionary_from_all_days else self.train_days
 
     @property
     def all_days(self) -> tuple[int, ...]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from preproc_spark3.config import CATEGORICAL_COLUMNS
 
-# Parquet columns of <out_dir>/dictionary: feature index (0-based, C1 = 0), value, count, id.
-
 
 def build_dictionary(rows, thresholds: tuple[int, ...]):
-    """rows: well-formed parsed rows of the dictionary days -> DataFrame[feature, value, count, id]."""
+    """rows: well-formed parsed rows of the dictionary days -> DataFrame[feature, value, count, id].
+
+    These are the parquet columns of <out_dir>/dictionary; feature is the 0-based index (C1 = 0).
+    """
     from pyspark.sql import Window, functions as F
 
     values = rows.select(F.posexplode(F.array(*[F.col(c) for c in CATEGORICAL_COLUMNS])).alias("feature", "value"))

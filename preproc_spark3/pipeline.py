@@ -12,16 +12,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dlrm.atomic import write_text_atomically
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
-from preproc_spark3.config import (CATEGORICAL_COLUMNS, SPLITS, TEST, MalformedInputError, PreprocConfig,
-                                   PreprocessError)
+from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
 from preproc_spark3.dictionary import build_dictionary, cardinalities
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
 from preproc_spark3.raw_input import find_day_files, read_numbered_lines
@@ -94,38 +93,41 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
         malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
     result = PreprocessResult(str(out), numbered.lines_per_day, malformed, stage_seconds=seconds)
     log.info("%s", malformed.describe())
-    try:
+    try:  # success or failure (too many malformed lines, ...): drop the intermediate, report how far it got
         check_malformed_fraction(malformed, config.max_malformed_fraction)
-    except MalformedInputError:
-        _write_report(out, config, result)
+        _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result)
+    finally:
         if not config.keep_work:
             shutil.rmtree(work, ignore_errors=True)
-        raise
+        _write_report(out, config, result)
+    return result
 
-    good = parsed.filter(F.col("reason").isNull())
+
+def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: PreprocessResult) -> None:
+    """Well-formed parsed rows -> dictionary, parquet, split-binary files and (last) feature_spec.yaml."""
+    from pyspark.sql import functions as F
+
+    seconds = result.stage_seconds
     with _stage("dictionary", seconds):
         vocabulary_rows = good.filter(F.col("day").isin(list(config.dictionary_days)))
         build_dictionary(vocabulary_rows, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
         dictionary = spark.read.parquet(str(out / "dictionary"))
         result.cardinalities = cardinalities(dictionary)
     with _stage("transform", seconds):
-        frame = transform(good, dictionary, result.cardinalities, config, numbered.lines_per_day[config.eval_day])
+        frame = transform(good, dictionary, result.cardinalities, config, result.lines_per_day[config.eval_day])
         write_parquet(frame, str(out / "parquet"))
     with _stage("to_binary", seconds):
         spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
         for split in SPLITS:
             result.rows[split] = convert_split(out / "parquet" / f"split={split}", str(out), spec, split,
                                                config.conversion_batch_rows)
+        malformed = result.malformed
         accounted = sum(result.rows.values()) + malformed.malformed_lines
-        if accounted != total_lines:  # every raw line is a dataset row or a quarantined line
-            raise PreprocessError(f"{total_lines} raw lines but {accounted} accounted for "
+        if accounted != malformed.total_lines:  # every raw line is a dataset row or a quarantined line
+            raise PreprocessError(f"{malformed.total_lines} raw lines but {accounted} accounted for "
                                   f"(rows {result.rows} + {malformed.malformed_lines} malformed)")
         spec.metadata.update(_spec_metadata(config, result))
         spec.save(str(out))
-    if not config.keep_work:
-        shutil.rmtree(work, ignore_errors=True)
-    _write_report(out, config, result)
-    return result
 
 
 def _spec_metadata(config: PreprocConfig, result: PreprocessResult) -> dict:
@@ -151,6 +153,4 @@ def _spec_metadata(config: PreprocConfig, result: PreprocessResult) -> dict:
 
 def _write_report(out: Path, config: PreprocConfig, result: PreprocessResult) -> None:
     report = {"config": asdict(config), **result.to_dict()}
-    tmp = out / f"{REPORT_FILE}.tmp.{os.getpid()}"
-    tmp.write_text(json.dumps(report, indent=2, sort_keys=True))
-    os.replace(tmp, out / REPORT_FILE)
+    write_text_atomically(out / REPORT_FILE, json.dumps(report, indent=2, sort_keys=True))

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, RAW_FIELD_COUNT
 
-INTEGER_PATTERN = r"^-?[0-9]{1,18}$"
-HEX_PATTERN = r"^[0-9a-fA-F]{1,8}$"
-# The whole of a well-formed line in one pattern: the fast path; only lines failing it get the
-# field-by-field checks that name their first problem.
-LINE_PATTERN = ("^[01]" + r"(\t(-?[0-9]{1,18})?)" + f"{{{len(NUMERICAL_COLUMNS)}}}"
-                + r"(\t[0-9a-fA-F]{0,8})" + f"{{{len(CATEGORICAL_COLUMNS)}}}$")
+_INT = r"-?[0-9]{1,18}"
+_HEX = r"[0-9a-fA-F]{1,8}"
+INTEGER_PATTERN = f"^{_INT}$"
+HEX_PATTERN = f"^{_HEX}$"
+# The whole of a well-formed line in one pattern (fields may be empty): the fast path; only lines
+# failing it get the field-by-field checks that name their first problem.
+LINE_PATTERN = (rf"^[01](\t({_INT})?){{{len(NUMERICAL_COLUMNS)}}}"
+                rf"(\t({_HEX})?){{{len(CATEGORICAL_COLUMNS)}}}$")
 SHOWN_CHARS = 32  # how much of a bad field a reason quotes
 
 KIND_FIELD_COUNT, KIND_LABEL, KIND_INTEGER, KIND_CATEGORICAL = "field_count", "label", "integer", "categorical"

@@ -68,3 +68,9 @@ dlrm_trainer_command() {
   fi
   DLRM_CMD+=("$@")
 }
+
+# dlrm_record_command: writes DLRM_CMD, shell-quoted (re-runnable as is), to $DLRM_JOB_DIR/command.txt.
+# Called once per job by the launchers, not by run_rank.sh: there every rank would write the file.
+dlrm_record_command() {
+  { printf '%q ' "${DLRM_CMD[@]}"; echo; } > "$DLRM_JOB_DIR/command.txt"
+}

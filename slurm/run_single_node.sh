@@ -51,6 +51,5 @@ if [ -n "${DLRM_TIMEOUT:-}" ]; then
 fi
 
 echo "$num_proc ranks on this node, job dir $DLRM_JOB_DIR"
-printf '%q ' "${DLRM_CMD[@]}" > "$DLRM_JOB_DIR/command.txt"
-echo >> "$DLRM_JOB_DIR/command.txt"
+dlrm_record_command
 "${timeout_cmd[@]}" "$horovodrun" "${run_args[@]}" "${DLRM_CMD[@]}" 2>&1 | tee -a "$DLRM_JOB_DIR/logs/horovodrun.log"

@@ -88,7 +88,7 @@ class SlurmCluster:
         while time.monotonic() < deadline:
             self.check_alive()
             info = self.job_info(job_id)
-            if info.get("JobState", slurm_state.UNKNOWN).split(" ")[0] in states:
+            if slurm_state.base_state(info) in states:
                 return info
             time.sleep(0.5)
         raise TimeoutError(f"job {job_id} not in {sorted(states)} after {timeout} s: {info}\n{self.log_tail()}")

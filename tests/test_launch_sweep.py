@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -190,6 +191,10 @@ def test_local_executor_sweep_without_slurm(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr + logs
     assert launch(["--collect", str(out)], env, timeout=120).returncode == 0
     check_collected(out, ["tiny_d8_w2_s20"])
+    # run_single_node.sh recorded the rank command: the point's trainer flags after the launcher's own
+    point = json.loads((out / "tiny_d8_w2_s20" / "point.json").read_text())
+    command = shlex.split((out / "tiny_d8_w2_s20" / "command.txt").read_text())
+    assert command[-len(point["trainer_flags"]):] == point["trainer_flags"], command
     checkpoints = out / "tiny_d8_w2_s20" / "checkpoints"
     meta = json.loads((checkpoints / (checkpoints / "latest").read_text().strip() / "meta.json").read_text())
     assert meta["world_size"] == 2 and meta["step"] == 20

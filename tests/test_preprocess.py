@@ -19,6 +19,7 @@ import pytest
 from criteo_raw import MALFORMED_KINDS, write_raw_days
 from dlrm.data.binary import BatchReader
 from dlrm.data.feature_spec import FeatureSpec
+from preproc_spark3.cli import parse_config
 from preproc_spark3.config import (MalformedInputError, PreprocConfig, PreprocessError, SparkSettings, parse_days,
                                    parse_thresholds)
 from preproc_spark3.pipeline import run
@@ -167,6 +168,7 @@ def test_too_many_malformed_lines_fail_the_run(spark, raw_dir, tmp_path):
     assert "--max_malformed_fraction" in message and f"{raw_dir}/day_0 line " in message
     assert (tmp_path / "out" / "quarantine.jsonl").exists()
     assert not (tmp_path / "out" / "feature_spec.yaml").exists()  # no dataset from a failed run
+    assert not (tmp_path / "out" / "_work").exists()  # the intermediate goes on failure too
     assert json.loads((tmp_path / "out" / "preprocess_report.json").read_text())["malformed"]["malformed_lines"] == 18
 
 
@@ -224,6 +226,23 @@ def test_flag_parsing():
     assert parse_days("0-22") == tuple(range(23)) and parse_days("0,2,5-6") == (0, 2, 5, 6)
     with pytest.raises(PreprocessError):
         parse_days("3-1")
+
+
+def test_cli_defaults_are_the_config_defaults(monkeypatch):
+    for name in [n for n in os.environ if n.startswith("PREPROC_") or n == "RAPIDS_PLUGIN_JAR"]:
+        monkeypatch.delenv(name)
+    assert parse_config(["raw", "out"]) == PreprocConfig(raw_dir="raw", out_dir="out")
+    monkeypatch.setenv("PREPROC_SHUFFLE_PARTITIONS", "48")
+    assert parse_config(["raw", "out"]).spark.shuffle_partitions == 48
+    assert parse_config(["raw", "out", "--shuffle_partitions", "8"]).spark.shuffle_partitions == 8
+
+
+def test_bad_environment_value_is_a_usage_error():
+    env = dict(os.environ, PREPROC_SHUFFLE_PARTITIONS="many")
+    done = subprocess.run([sys.executable, "-m", "preproc_spark3", "raw", "out"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=str(ROOT))
+    assert done.returncode == 2, done.stderr
+    assert "--shuffle_partitions: invalid int value: 'many'" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_gpu_settings_need_the_rapids_jar(tmp_path):

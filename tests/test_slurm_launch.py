@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from dlrm.train.metrics_log import METRICS_FILE, read_metrics
 from multirank import RANK_ENV
 from slurm_cluster import pids_with_env, is_running, slurm_cluster, start_cluster  # noqa: F401  (pytest fixture)
 
@@ -47,7 +49,7 @@ CHECKPOINT_EVERY = "5"
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
-def job_env(cluster, work: Path, dataset: Path) -> dict:
+def job_env(work: Path, dataset: Path) -> dict:
     return {
         **RANK_ENV,
         # the two "nodes" share one host: Open MPI's shared-memory transport between them crashes
@@ -57,12 +59,8 @@ def job_env(cluster, work: Path, dataset: Path) -> dict:
     }
 
 
-def read_metrics(job_dir: Path) -> list:
-    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 def final_eval(job_dir: Path) -> dict:
-    evals = [r for r in read_metrics(job_dir) if r["kind"] == "eval"]
+    evals = [r for r in read_metrics(str(job_dir / METRICS_FILE)) if r["kind"] == "eval"]
     assert evals, f"no eval record in {job_dir}/metrics.jsonl"
     return evals[-1]
 
@@ -119,7 +117,7 @@ def two_node_jobs(slurm_cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("sbatch")
     dataset = work / "dataset"
     generate_dataset(str(dataset), preset_cardinalities("tiny"), TRAIN_ROWS, TEST_ROWS, seed=7)
-    env = job_env(slurm_cluster, work, dataset)
+    env = job_env(work, dataset)
     jobs = {}
     for name in ("plain", "requeued"):
         out = work / f"{name}.out"
@@ -164,6 +162,9 @@ def test_sbatch_template_trains_sharded_on_two_nodes(slurm_cluster, two_node_job
     assert sorted(p.name for p in (job["dir"] / "logs").glob("rank-*.log")) == ["rank-0.log", "rank-1.log"]
     assert "restart 0: 2 nodes (n[1-2]) x 1 tasks, launcher srun" in (job["dir"] / "logs" / "batch.log").read_text()
     assert "world size 2" in (job["dir"] / "logs" / "rank-0.log").read_text(), report
+    # the template recorded the rank command, shell-quoted: main.py with the flags it was given
+    command = shlex.split((job["dir"] / "command.txt").read_text())
+    assert command[:2] == [PYTHON, str(ROOT / "main.py")] and command[-len(TRAINER_FLAGS):] == TRAINER_FLAGS, command
     # logged AUC: a real evaluation of the trained model
     last = final_eval(job["dir"])
     assert last["step"] == 40 and 0.6 < last["auc"] <= 1.0 and math.isfinite(last["logloss"]), last

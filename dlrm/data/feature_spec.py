@@ -19,6 +19,8 @@ from typing import Optional, Sequence
 import numpy as np
 import yaml
 
+from dlrm.atomic import write_text_atomically
+
 from dlrm.data.errors import SpecError
 
 SPEC_FILE_NAME = "feature_spec.yaml"
@@ -131,10 +133,7 @@ class FeatureSpec:
         if os.path.isdir(path) or not path.endswith((".yaml", ".yml")):
             os.makedirs(path, exist_ok=True)
             path = os.path.join(path, SPEC_FILE_NAME)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            yaml.safe_dump(self.to_dict(), f, sort_keys=True, default_flow_style=None)
-        os.replace(tmp, path)
+        write_text_atomically(path, yaml.safe_dump(self.to_dict(), sort_keys=True, default_flow_style=None))
         self.base_directory = os.path.dirname(os.path.abspath(path))
         return path
 

@@ -49,7 +49,12 @@ def job_info(job_id: str, env: Optional[Mapping[str, str]] = None, timeout: floa
     return parse_scontrol_record(lines[0])
 
 
+def base_state(info: Mapping[str, str]) -> str:
+    """The state of a `job_info` record without its detail (`CANCELLED by 0` -> CANCELLED); UNKNOWN if absent."""
+    words = info.get("JobState", "").split()
+    return words[0] if words else UNKNOWN
+
+
 def job_state(job_id: str, env: Optional[Mapping[str, str]] = None, timeout: float = 20) -> str:
-    """PENDING, RUNNING, COMPLETED, ... or UNKNOWN (base state only: `CANCELLED by 0` -> CANCELLED)."""
-    state = job_info(job_id, env, timeout).get("JobState", UNKNOWN)
-    return state.split()[0] if state else UNKNOWN
+    """PENDING, RUNNING, COMPLETED, ... or UNKNOWN (see base_state)."""
+    return base_state(job_info(job_id, env, timeout))

@@ -94,7 +94,6 @@ class SweepPoint:
 @dataclass
 class SweepSpec:
     name: str
-    source: str  # the file it came from (for error messages)
     trainer_flags: List[str] = field(default_factory=list)
     bottom_mlp_hidden: Optional[List[int]] = None
     datasets: List[DatasetVariant] = field(default_factory=list)
@@ -167,7 +166,7 @@ def parse_spec(data, source: str) -> SweepSpec:
     flags = data.get("trainer_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, (str, int, float)) for f in flags):
         raise _fail(source, "trainer_flags", f"expected a list of strings, got {flags!r}")
-    spec = SweepSpec(name=name, source=source, trainer_flags=[str(f) for f in flags])
+    spec = SweepSpec(name=name, trainer_flags=[str(f) for f in flags])
     if "bottom_mlp_hidden" in data:
         spec.bottom_mlp_hidden = _positive_ints(source, "bottom_mlp_hidden", data["bottom_mlp_hidden"])
     grid = data.get("grid")

@@ -26,6 +26,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import submitit
 
+from dlrm.atomic import write_text_atomically
 from dlrm.launch import slurm_state
 from dlrm.launch.spec import SweepPoint, SweepSpec
 
@@ -57,11 +58,7 @@ class ExecutorOptions:
 
 
 def _write_json_atomically(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 @dataclass
@@ -164,7 +161,7 @@ def submit_sweep(spec: SweepSpec, sweep_dir: str, options: ExecutorOptions) -> L
 
 
 def wait_for_jobs(jobs: Mapping[str, object], timeout_s: float, poll_s: float = 2.0,
-                  result_grace_s: float = 15.0, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+                  result_grace_s: float = 15.0) -> Dict[str, str]:
     """Wait until every job ({name: submitit job}) has finished or `timeout_s` passed.
 
     Returns {name: outcome}: "COMPLETED", or what went wrong. A Slurm job also counts as finished
@@ -184,7 +181,7 @@ def wait_for_jobs(jobs: Mapping[str, object], timeout_s: float, poll_s: float = 
                 outcomes[name] = "COMPLETED" if error is None else f"FAILED (log: {job.paths.stderr})"
                 continue
             if isinstance(job, submitit.SlurmJob):
-                state = slurm_state.job_state(job.job_id, env=env)
+                state = slurm_state.job_state(job.job_id)
                 if state in slurm_state.FINAL_STATES or state == slurm_state.UNKNOWN:
                     first = ended_at.setdefault(name, time.monotonic())  # the result file may lag
                     if time.monotonic() - first > result_grace_s:

@@ -27,6 +27,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dlrm.atomic import fsync_dir, write_text_atomically
 from dlrm.embedding.base import TablePiece
 
 LATEST = "latest"
@@ -71,14 +72,6 @@ def piece_file_name(piece: TablePiece) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- save
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 def _save_array(path: str, array: np.ndarray) -> None:
     with open(path, "wb") as f:
@@ -154,30 +147,20 @@ def save_checkpoint(
             _save_array(os.path.join(tmp, "dense", f"{key}.npy"), array)
         full_meta = dict(meta)
         full_meta.update(format_version=FORMAT_VERSION, step=int(step), dense_shapes=dense_shapes)
-        _write_text_atomically(os.path.join(tmp, META), json.dumps(full_meta, indent=1, sort_keys=True))
+        write_text_atomically(os.path.join(tmp, META), json.dumps(full_meta, indent=1, sort_keys=True))
     comm.barrier()  # every rank's pieces are on disk
 
     if comm.rank == 0:
         for directory, _, _ in os.walk(tmp):
-            _fsync_dir(directory)
+            fsync_dir(directory)
         if os.path.exists(final):  # same step written again (e.g. a rerun): replace it
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(root)
-        _write_text_atomically(os.path.join(root, LATEST), step_dir_name(step) + "\n")
+        fsync_dir(root)
+        write_text_atomically(os.path.join(root, LATEST), step_dir_name(step) + "\n")
         _prune(root, keep, protect=step_dir_name(step))
     comm.barrier()
     return final
-
-
-def _write_text_atomically(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path) or ".")
 
 
 def complete_checkpoints(root: str) -> List[str]:

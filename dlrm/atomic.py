@@ -1,0 +1,35 @@
+"""Replace a file atomically: a reader, or a crash at any moment, sees the old content or the new, never a mix.
+
+Leaf module (standard library only) shared by the checkpoints, the feature spec, the sweep launcher and
+the preprocessing report.
+"""
+from __future__ import annotations
+
+import os
+from typing import Union
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory entry (a rename or a new file in it) to disk: a rename alone is not durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomically(path: Union[str, os.PathLike], text: str) -> None:
+    """Write `text` (UTF-8) to a temp file next to `path`, fsync it, rename it over `path`, fsync the directory."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp.{os.getpid()}"  # per process: two writers never share a temp file
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)  # a failed write (disk full, ...) leaves no temp file behind
+        raise
+    fsync_dir(os.path.dirname(path) or ".")
