@@ -87,7 +87,10 @@ def test_load_errors_name_the_file(tmp_path):
     with pytest.raises(SpecError, match="bad.yaml"):
         FeatureSpec.load(str(tmp_path / "bad.yaml"))
     (tmp_path / "partial.yaml").write_text("feature_spec: {}\n")
-    with pytest.raises(SpecError, match="missing section 'source_spec'"):
+    with pytest.raises(SpecError, match="missing section 'source_spec'") as caught:
         FeatureSpec.load(str(tmp_path / "partial.yaml"))
+    # like every DataError: where (.file) and what (.message, the text without the place)
+    assert caught.value.file == str(tmp_path / "partial.yaml")
+    assert "missing section 'source_spec'" in caught.value.message and str(caught.value) == caught.value.message
     with pytest.raises(SpecError, match="no mapping 'valid'"):
         FeatureSpec.criteo_like([3]).validate(check_files=False, mappings=["valid"])

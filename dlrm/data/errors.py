@@ -35,7 +35,9 @@ class SpecError(DataError):
 
     def __init__(self, problems: list[str], path: Optional[str] = None):
         self.problems = list(problems)
-        head = f"invalid feature spec {path}" if path else "invalid feature spec"
         body = "\n  - ".join(self.problems)
-        ValueError.__init__(self, f"{head} ({len(self.problems)} problem(s)):\n  - {body}")
-        self.file, self.feature, self.row = path, None, None
+        # The path leads the text itself ("invalid feature spec <path>"), so it is not passed as `file`
+        # (that would prefix "file <path>: " a second time); it is still kept as `.file`.
+        DataError.__init__(self, f"invalid feature spec{' ' + path if path else ''} "
+                                 f"({len(self.problems)} problem(s)):\n  - {body}")
+        self.file = path

@@ -49,7 +49,6 @@ class BinaryChunk:
     """One split-binary file: fixed-size records of `len(features)` values of `dtype`."""
 
     path: str  # absolute
-    relative_path: str  # as written in the spec
     channel: str
     features: tuple[str, ...]
     dtype: np.dtype
@@ -192,9 +191,8 @@ class FeatureSpec:
         chunks = []
         for first in order:
             raw = by_first_feature[first]
-            rel = raw["files"][0]
-            chunks.append(BinaryChunk(self.resolve(rel), rel, self.channel_of(first), tuple(raw["features"]),
-                                      self.dtype(first)))
+            chunks.append(BinaryChunk(self.resolve(raw["files"][0]), self.channel_of(first),
+                                      tuple(raw["features"]), self.dtype(first)))
         return chunks
 
     def num_rows(self, mapping: str) -> int:
