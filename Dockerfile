@@ -12,11 +12,12 @@ FROM ${BASE_IMAGE}
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# Java for Spark (preproc_spark3/); MPI, NCCL and Horovod come with the base image. Like
+# Java for Spark (preproc_spark3/), libgomp1 for numba's OpenMP threads (the batch reader's decode
+# threads); MPI, NCCL and Horovod come with the base image. Like
 # scripts/bootstrap.sh, system packages follow the base distribution's versions (not pinned).
 # hadolint ignore=DL3008
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless libgomp1 \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /workspace/dlrm

@@ -1,19 +1,25 @@
 """Loader benchmark: BatchReader throughput vs a raw sequential read of the same files (page cache warm).
 
-Both read the same split-binary mapping. The raw read streams every file of the mapping front to back
-with `os.preadv` into a reused 8 MiB buffer (the fastest plain read; no conversion), with one stream
-(the plain sequential read) and with two threads each reading every other 8 MiB chunk (its best
-configuration on two cores). The reader delivers decoded batches (float32 numerical, int32
-categorical, float32 label) at the requested global batch size with 1 and 2 decode threads.
-A fifth variant, "floor 2 threads", is a lower bound on what any loader costs here: per batch it
-reads every column and writes it zero-extended to 4 bytes per value (the size of the reader's
-float32/int32 outputs) with two numba threads, and does nothing else (no float16 conversion, no
-[B, 26] transpose, no checks); the reader cannot beat it, so its ratio is the most the target
-metric can reach on this machine.
-Windows alternate (raw 1 stream, raw 2 streams, reader 1 thread, reader 2 threads, floor, raw ...)
-after a warm-up; the report gives medians and per-window ratios to the raw read of the same round, and the
-load average at each window (the machine is shared). Bandwidth counts the bytes of the files
-consumed (rows x record bytes), so raw and reader are directly comparable.
+Variants, all over the same split-binary mapping:
+- raw 1 stream / raw 2 streams: every file front to back with `os.preadv` into a reused 8 MiB buffer
+  (the fastest plain read; no conversion), by one thread, and by two threads taking every other
+  8 MiB chunk. "raw 1 stream" is the ratio's reference.
+- reader 1 thread / reader 2 threads: `BatchReader(prefetch=4, threads=k)`, the trainer's setting:
+  a background thread decodes up to 4 batches ahead (float32 numerical, int32 categorical, float32
+  label) while the consumer counts rows; one reader iterates epoch after epoch, as the trainer
+  uses it.
+- reader 2 threads inline: `prefetch=0`, batches decoded on the consumer's thread when asked for:
+  two output sets alternate and stay in the cache.
+- reader 2 threads fresh mappings: a new reader every epoch, so every page of the mapped files is
+  faulted in again (what a run's first epoch pays: ~0.2 us per 4 KiB page on this VM).
+- floor 2 threads: a lower bound on any loader's work: per batch, one parallel region reads every
+  column and writes it zero-extended to 4 bytes per value (the size of the reader's outputs); no
+  float16 conversion, no [B, 26] transpose, no checks, one output set reused (cache-resident).
+  "6 output sets" rotates over as many sets as the reader has in flight at prefetch 4.
+Windows alternate (raw 1 stream, raw 2 streams, reader ..., floor ..., raw ...) after a warm-up;
+the report gives medians and per-window ratios to the raw read of the same round, and the load
+average at each window (the machine is shared). Bandwidth counts the bytes of the files consumed
+(rows x record bytes), so raw and reader are directly comparable.
 
     python benchmarks/loader.py [--rows 4194304] [--batch 65536] [--windows 3] [--window_seconds 10]
 
@@ -101,40 +107,82 @@ def raw_read_window(paths: list[str], seconds: float, streams: int = 1) -> tuple
             return total, elapsed
 
 
-def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float) -> tuple[float, float]:
-    """Full epochs of BatchReader until `seconds` pass; returns (file bytes, seconds)."""
+def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float, prefetch: int = 4,
+                  fresh_mappings: bool = False) -> tuple[float, float]:
+    """Full epochs of BatchReader until `seconds` pass; returns (file bytes, seconds).
+
+    One reader iterates epoch after epoch, as the trainer uses it, so its file mappings stay set
+    up. With `fresh_mappings`, every epoch opens a new reader: each first touch of a mapped page
+    then costs a page fault (what the first epoch of a run pays)."""
     record = sum(chunk.record_bytes for chunk in spec.binary_chunks("train"))
+    reader = BatchReader(spec, "train", batch, prefetch=prefetch, threads=threads)
     rows, started = 0, time.perf_counter()
     while True:
-        for b in BatchReader(spec, "train", batch, prefetch=4, threads=threads):
+        if fresh_mappings:
+            reader = BatchReader(spec, "train", batch, prefetch=prefetch, threads=threads)
+        for b in reader:
             rows += b.label.shape[0]
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
             return rows * record, elapsed
 
 
+@numba.njit(nogil=True, cache=True)
+def _widen_copy(source, out):
+    for i in range(out.shape[0]):
+        out[i] = source[i]
+
+
+@numba.njit(nogil=True, cache=True)
+def _widen_rows(columns, per_row, outputs, first_row, lo, hi):
+    """Rows lo..hi: outputs[k] = columns[k] from row first_row on, zero-extended to uint32 (per_row[k]
+    values per row)."""
+    for k in range(per_row.shape[0]):
+        width = per_row[k]
+        _widen_copy(columns[k][(first_row + lo) * width:(first_row + hi) * width], outputs[k][lo * width:hi * width])
+
+
 @numba.njit(parallel=True, nogil=True, cache=True)
-def _widen(src, start, out):
-    """out[k] = src[start + k] (zero-extended to uint32): the least any loader must do with a column."""
-    for k in numba.prange(out.shape[0]):
-        out[k] = src[start + k]
+def _widen_batch(group8, per_row8, out8, group16, per_row16, out16, group32, per_row32, out32, first_row, rows,
+                 parts):
+    """One batch, every column: `parts` row ranges in one parallel region (as the reader decodes);
+    columns grouped by stored width (a numba tuple holds one array type)."""
+    for p in numba.prange(parts):
+        lo, hi = rows * p // parts, rows * (p + 1) // parts
+        _widen_rows(group8, per_row8, out8, first_row, lo, hi)
+        _widen_rows(group16, per_row16, out16, first_row, lo, hi)
+        _widen_rows(group32, per_row32, out32, first_row, lo, hi)
 
 
-def floor_window(spec: FeatureSpec, batch: int, seconds: float, threads: int = 2) -> tuple[float, float]:
+def floor_window(spec: FeatureSpec, batch: int, seconds: float, threads: int = 2,
+                 output_sets: int = 1) -> tuple[float, float]:
     """A lower bound on any loader's cost: per batch, read every column's mapped bytes and write them
     zero-extended to 4 bytes per value (what the reader's float32/int32 outputs take), with `threads`
-    numba threads; no float16 conversion, no [B, 26] transpose, no checks. Returns (bytes, seconds)."""
+    numba threads in one parallel region; no float16 conversion, no [B, 26] transpose, no checks.
+    Batches take turns over `output_sets` sets of outputs: 1 stays in the cache; the reader at
+    prefetch 4 has up to 6 in flight (10.5 MB each), which do not. Returns (bytes, seconds)."""
     numba.set_num_threads(threads)
     chunks = spec.binary_chunks("train")
     rows = spec.num_rows("train")
     unsigned = {1: np.uint8, 2: np.uint16, 4: np.uint32}
-    columns = [(np.memmap(c.path, unsigned[c.dtype.itemsize], "r"), len(c.features)) for c in chunks]
-    outputs = [np.empty(batch * per_row, np.uint32) for _, per_row in columns]
+    groups = {width: ([], []) for width in unsigned}  # stored width -> columns, values per row
+    for chunk in chunks:
+        columns, per_row = groups[chunk.dtype.itemsize]
+        columns.append(np.memmap(chunk.path, unsigned[chunk.dtype.itemsize], "r"))
+        per_row.append(len(chunk.features))
+    sets = []  # per output set: the kernel's arguments
+    for _ in range(output_sets):
+        args = []
+        for width, (columns, per_row) in groups.items():
+            outputs = [np.empty(batch * values, np.uint32) for values in per_row]
+            if not columns:  # an unused dummy keeps the kernel's signature
+                columns, outputs = [np.zeros(0, unsigned[width])], [np.zeros(0, np.uint32)]
+            args += [tuple(columns), np.asarray(per_row, np.int64), tuple(outputs)]
+        sets.append(args)
     total, started = 0, time.perf_counter()
     while True:
         for begin in range(0, rows - batch + 1, batch):
-            for (column, per_row), out in zip(columns, outputs):
-                _widen(column, begin * per_row, out)
+            _widen_batch(*sets[(begin // batch) % output_sets], begin, batch, threads)
             total += batch
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
@@ -166,11 +214,15 @@ def main(argv=None) -> int:
         "raw_2_streams": lambda: raw_read_window(paths, window, 2),
         "reader_1_thread": lambda: reader_window(spec, args.batch, 1, window),
         "reader_2_threads": lambda: reader_window(spec, args.batch, 2, window),
+        "reader_2_threads_inline": lambda: reader_window(spec, args.batch, 2, window, prefetch=0),
+        "reader_2_threads_fresh_mappings": lambda: reader_window(spec, args.batch, 2, window, fresh_mappings=True),
         "floor_2_threads": lambda: floor_window(spec, args.batch, window),
+        "floor_2_threads_6_output_sets": lambda: floor_window(spec, args.batch, window, output_sets=6),
     }
     # warm-up: page cache, numba compilation, allocator
     raw_read_window(paths, 0.0)
     reader_window(spec, args.batch, 1, 0.0)
+    reader_window(spec, args.batch, 2, 0.0)
     floor_window(spec, args.batch, 0.0)
 
     variants = {name: [] for name in runs}

@@ -27,7 +27,7 @@ class DataConfig:
     # What to do with a last batch smaller than the global batch: "keep" or "drop" (reported either way).
     partial_batch: str = "keep"
     prefetch_batches: int = 4
-    # Threads decoding each batch (the prefetch thread plus helpers): more than 1 pays off only
+    # Threads decoding each batch (numba's thread pool, rows split between them): more than 1 pays off only
     # with a core to spare next to the training step (benchmarks/loader.py).
     decode_threads: int = 1
 

@@ -13,9 +13,10 @@ stamp="$venv/.bootstrap-$key"
 log() { echo "[bootstrap] $*" >&2; }
 
 # --- Debian packages: MPI for Horovod, cmake + make + g++ to build it, python3-venv for `python3 -m venv`
-# (Debian splits ensurepip out), Slurm + munge for the launcher tests, a JRE for Spark if none is found.
+# (Debian splits ensurepip out), Slurm + munge for the launcher tests, a JRE for Spark if none is found,
+# libgomp1 for numba's OpenMP threading layer (the batch reader's decode threads; g++ pulls it in too).
 # `make` is listed because Horovod's build needs it; on a machine without it, run this script first.
-debs=(libopenmpi-dev openmpi-bin cmake make g++ python3-venv slurm-wlm munge)
+debs=(libopenmpi-dev openmpi-bin cmake make g++ libgomp1 python3-venv slurm-wlm munge)
 command -v java >/dev/null 2>&1 || debs+=(openjdk-17-jre-headless)
 missing=()
 for p in "${debs[@]}"; do

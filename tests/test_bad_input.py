@@ -126,6 +126,31 @@ def test_label_byte_not_bool(dataset):
     assert (caught.value.feature, caught.value.row) == ("label", 9)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_several_bad_values_name_the_earliest_row(dataset, threads, decode_kernels, monkeypatch):
+    """Bad values of every kind in one batch: the error names the earliest bad row whatever the number
+    of decode threads (3 threads: rows 0..39, 40..79, 80..119); in one row, the label comes first,
+    then the numericals, then the ids."""
+    from dlrm.data import binary
+
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 8)
+    root, _, _ = dataset
+    train = root / "train"
+    poke(train / "label.bin", np.uint8, 90, 2)
+    poke(train / "numerical.bin", np.float16, 60 * 13 + 2, np.inf)
+    poke(train / "cat_3.bin", np.int32, 41, -5)
+    expected = [(train / "cat_3.bin", "cat_3", 41), (train / "numerical.bin", "num_7", 41),
+                (train / "label.bin", "label", 41)]
+    for step, (path, feature, row) in enumerate(expected):
+        if step == 1:
+            poke(train / "numerical.bin", np.float16, 41 * 13 + 7, np.nan)  # same row as the bad id
+        if step == 2:
+            poke(train / "label.bin", np.uint8, 41, 3)  # same row again
+        with pytest.raises(DataError) as caught:
+            BatchReader(reopen(root), "train", 120, prefetch=0, threads=threads).read_batch(0)
+        assert (caught.value.file, caught.value.feature, caught.value.row) == (str(path), feature, row)
+
+
 # ----------------------------------------------------------------------------- values while writing
 @pytest.fixture
 def writer(tmp_path):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from dlrm.data.binary import BatchReader, SplitBinaryWriter, write_split_binary
+from dlrm.data.errors import DataError
 from dlrm.data.feature_spec import FeatureSpec
 
 # 26 tables covering every stored id width: int8 (<= 128), int16 (<= 32768), int32.
@@ -46,17 +47,14 @@ def decode_kernels(request, monkeypatch):
     from dlrm.data import decode
 
     machine, features = ("x86_64", {"f16c": True}) if request.param == "compiled" else ("aarch64", {})
-    half, categorical = decode.select_kernels(machine, features)
-    monkeypatch.setattr(decode, "decode_half", half)
-    monkeypatch.setattr(decode, "decode_categorical", categorical)
+    monkeypatch.setattr(decode, "decode_rows", decode.select_kernels(machine, features))
     return request.param
 
 
 def test_kernel_selection():
     from dlrm.data import decode
 
-    compiled = (decode.compiled_decode_half, decode.compiled_decode_categorical)
-    portable = (decode.numpy_decode_half, decode.numpy_decode_categorical)
+    compiled, portable = decode.compiled_decode_rows, decode.numpy_decode_rows
     assert decode.select_kernels("x86_64", {"f16c": True}) == compiled
     assert decode.select_kernels("x86_64", {"f16c": False}) == portable
     assert decode.select_kernels("aarch64", {}) == portable
@@ -92,6 +90,31 @@ def test_every_float16_value_decodes_exactly(tmp_path, decode_kernels):
     spec.save(str(tmp_path))
     batch = BatchReader(FeatureSpec.load(str(tmp_path)), "train", n, prefetch=0).read_batch(0)
     np.testing.assert_array_equal(batch.numerical.view(np.uint32), numerical.astype(np.float32).view(np.uint32))
+
+
+def test_float32_numerical_files_decode_exactly_and_are_checked(tmp_path, decode_kernels):
+    """float32 numerical files (allowed by the feature spec) decode bit-exactly; NaN/inf are named."""
+    cards = CARDS[:9]
+    spec = FeatureSpec.criteo_like(cards, 5, mappings=["train"])
+    for name in spec.channel_spec["numerical"]:
+        spec.feature_spec[name]["dtype"] = "float32"
+    label, _, categorical = random_rows(70, cards, num_numerical=5)
+    numerical = np.random.default_rng(1).normal(0.0, 1e3, size=(70, 5)).astype(np.float32)
+    numerical[0] = [0.0, -0.0, 1e-45, -3e38, 3.4e38]  # zeros, a subnormal, near the limits
+    write_split_binary(str(tmp_path), spec, "train", label, numerical, categorical)
+    spec.metadata["num_rows"] = {"train": 70}
+    spec.save(str(tmp_path))
+    batch = BatchReader(FeatureSpec.load(str(tmp_path)), "train", 70, prefetch=0).read_batch(0)
+    np.testing.assert_array_equal(batch.numerical.view(np.uint32), numerical.view(np.uint32))
+    np.testing.assert_array_equal(batch.categorical, categorical)
+    path = tmp_path / "train" / "numerical.bin"
+    stored = np.fromfile(path, dtype=np.float32)
+    stored[33 * 5 + 1] = np.nan
+    stored.tofile(path)
+    with pytest.raises(DataError) as caught:
+        BatchReader(FeatureSpec.load(str(tmp_path)), "train", 70, prefetch=0).read_batch(0)
+    assert (caught.value.file, caught.value.feature, caught.value.row) == (str(path), "num_1", 33)
+    assert "numerical value nan is NaN or inf" in str(caught.value)
 
 
 def test_file_layout_and_sizes(tmp_path):
@@ -175,16 +198,25 @@ def test_numpy_kernels_report_the_same_first_bad_position():
 
     n, cards = 2 * decode.CATEGORICAL_BLOCK_ROWS + 5, np.array([10, 10, 300, 70000])
     columns = [np.zeros(n, np.int8), np.zeros(n, np.int8), np.zeros(n, np.int16), np.zeros(n, np.int32)]
-    columns[3][decode.CATEGORICAL_BLOCK_ROWS + 7] = -1  # later block, first table to fail there
-    columns[1][decode.CATEGORICAL_BLOCK_ROWS + 9] = 10
-    columns[2][2 * decode.CATEGORICAL_BLOCK_ROWS] = 300  # last block
+    columns[3][decode.CATEGORICAL_BLOCK_ROWS + 7] = -1  # second block: the earliest bad row
+    columns[1][decode.CATEGORICAL_BLOCK_ROWS + 9] = 10  # same block, later row, lower table
+    columns[2][decode.CATEGORICAL_BLOCK_ROWS + 7] = 300  # same row, a lower table: reported
+    columns[0][2 * decode.CATEGORICAL_BLOCK_ROWS] = 10  # last block
     args = ((columns[0], columns[1]), np.array([0, 1]), (columns[2],), np.array([2]), (columns[3],), np.array([3]))
     results = []
     for kernel in (decode.compiled_decode_categorical, decode.numpy_decode_categorical):
         wide = np.empty((4, decode.CATEGORICAL_BLOCK_ROWS + decode.SCRATCH_PAD), np.int32)
-        results.append(kernel(*args, cards, wide, np.empty((n, 4), np.int32)))
-    assert results[0] == results[1] == (1, decode.CATEGORICAL_BLOCK_ROWS + 9)
+        results.append(kernel(*args, cards, 0, wide, np.empty((n, 4), np.int32)))
+        # from file row 5 on: the bad rows are 5 rows earlier in the output
+        results.append(kernel(*args, cards, 5, wide, np.empty((n - 5, 4), np.int32)))
+    assert results[0] == results[2] == (2, decode.CATEGORICAL_BLOCK_ROWS + 7)
+    assert results[1] == results[3] == (2, decode.CATEGORICAL_BLOCK_ROWS + 2)
     halves = np.ones(40, np.float16)
     halves[[21, 33]] = [np.inf, np.nan]
-    for kernel in (decode.compiled_decode_half, decode.numpy_decode_half):
-        assert kernel(halves.view(np.uint16), decode.HALF_TO_FLOAT_BITS, np.empty(40, np.uint32)) == 21
+    singles = np.ones(40, np.float32)
+    singles[[17, 30]] = [np.nan, -np.inf]
+    for source, first_bad in ((halves.view(np.uint16), 21), (singles.view(np.uint32), 17)):
+        for kernel in (decode.decode_numerical, decode.numpy_decode_numerical):
+            out = np.empty(40, np.uint32)
+            assert kernel(source, decode.HALF_TO_FLOAT_BITS, out) == first_bad
+            np.testing.assert_array_equal(out.view(np.float32), source.view(f"f{source.itemsize}").astype(np.float32))

@@ -1,4 +1,8 @@
-"""Per-rank slicing: every row exactly once for world sizes 1..4, partial-batch rules, resume."""
+"""Per-rank slicing: every row exactly once for world sizes 1..4, partial-batch rules, resume;
+decoding on several threads."""
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -109,10 +113,10 @@ def test_argument_checks(dataset):
 
 
 def test_rows_split_over_decode_threads(dataset, monkeypatch):
-    """threads=k shares each batch's row chunks between k threads; the result equals a one-thread decode."""
+    """threads=k splits each batch's rows between k threads; the result equals a one-thread decode."""
     from dlrm.data import binary
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_CHUNK", 4)  # chunks even in these small batches
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 4)  # split even these small batches
     spec, _ = dataset
     inline = list(BatchReader(spec, "train", 50, prefetch=0))
     split = list(BatchReader(spec, "train", 50, prefetch=2, threads=3))
@@ -146,11 +150,11 @@ def test_held_batches_are_never_overwritten(dataset):
 
 
 def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, monkeypatch):
-    """With a batch's chunks on several decode threads, the error names the earliest bad row."""
+    """With a batch's rows on several decode threads, the error names the earliest bad row."""
     from dlrm.data import binary
     from dlrm.data.errors import DataError
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_CHUNK", 40)  # 120 rows, 3 threads: chunks of 40 rows
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 40)  # 120 rows, 3 threads: 40 rows each
     spec, _ = make_dataset(tmp_path, 120)
     path = tmp_path / "train" / "cat_7.bin"  # cardinality 2
     ids = np.fromfile(path, dtype=spec.dtype("cat_7"))
@@ -159,3 +163,53 @@ def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, 
     with pytest.raises(DataError) as caught:
         list(BatchReader(spec, "train", 120, prefetch=1, threads=3))
     assert (caught.value.file, caught.value.feature, caught.value.row) == (str(path), "cat_7", 70)
+
+
+def test_two_readers_decoding_on_several_threads_at_once(tmp_path, monkeypatch):
+    """Two readers (say training and evaluation) prefetching at the same time, each splitting its
+    batches over numba's threads: both read exactly what a one-thread reader reads."""
+    from dlrm.data import binary
+
+    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 8)
+    spec, data = make_dataset(tmp_path, 3000)
+    _, numerical, categorical = data["train"]
+    results, errors = {}, []
+
+    def read(name: int) -> None:
+        try:
+            reader = BatchReader(spec, "train", 100 + 37 * name, prefetch=2, threads=2)
+            results[name] = [(b.numerical.copy(), b.categorical.copy()) for _ in range(4) for b in reader]
+        except BaseException as error:  # re-raised below, in the test's thread
+            errors.append(error)
+
+    readers = [threading.Thread(target=read, args=(name,)) for name in range(2)]
+    for thread in readers:
+        thread.start()
+    for thread in readers:
+        thread.join(timeout=120)
+    assert not errors and sorted(results) == [0, 1]
+    for name, batches in results.items():
+        assert len(batches) == 4 * -(-3000 // (100 + 37 * name))
+        np.testing.assert_array_equal(np.concatenate([c for _, c in batches]), np.tile(categorical, (4, 1)))
+        got = np.concatenate([n for n, _ in batches]).view(np.uint32)
+        np.testing.assert_array_equal(got, np.tile(numerical.astype(np.float32), (4, 1)).view(np.uint32))
+
+
+def test_decode_threads_refuse_numbas_unsafe_threading_layer():
+    """numba's workqueue layer aborts the process when two threads launch kernels at once, so several
+    decode threads refuse it with a clear error; the default picks a thread-safe layer."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("from dlrm.data import decode\ndecode.check_threading_layer()\n"
+            "import numba\nprint(numba.threading_layer())")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
+    for layer in ("workqueue", None):
+        if layer:
+            env["NUMBA_THREADING_LAYER"] = layer
+        else:
+            env.pop("NUMBA_THREADING_LAYER")
+        run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                             timeout=300)
+        if layer:
+            assert run.returncode != 0 and "workqueue threading layer is not thread-safe" in run.stderr, run.stderr
+        else:
+            assert run.returncode == 0 and run.stdout.split()[-1] in ("omp", "tbb"), run.stderr[-2000:]

@@ -23,10 +23,9 @@ from dlrm.data.feature_spec import (CATEGORICAL_CHANNEL, LABEL_CHANNEL, NUMERICA
                                     FeatureSpec)
 
 PARTIAL_BATCH_RULES = ("keep", "drop")
-# With decode threads, a batch is cut into 2 row chunks per thread (so a helper that starts late
-# leaves less for the others to wait on), but none smaller than this: each chunk costs a few
-# kernel calls, and one thread decodes a batch fastest in one piece.
-MIN_ROWS_PER_CHUNK = 8192
+# With decode threads, a batch is split into one row range per thread, but none smaller than this:
+# below it, starting the threads costs more than they save.
+MIN_ROWS_PER_THREAD = 8192
 
 
 @dataclass
@@ -186,17 +185,10 @@ def write_split_binary(out_dir: str, spec: FeatureSpec, mapping: str, label, num
 
 
 # ====================================================================== reader
-def _read_only_empty(dtype) -> np.ndarray:
-    """Empty array typed like a read-only mapping (so the kernels see one array type)."""
-    empty = np.empty(0, dtype=dtype)
-    empty.setflags(write=False)
-    return empty
-
-
 def _map_file(chunk: BinaryChunk, rows: int) -> np.ndarray:
     """Read-only memory map of a whole file as a flat array (zero-length files give an empty array)."""
     if rows == 0:
-        return _read_only_empty(chunk.dtype)
+        return decode.empty_mapping(chunk.dtype)
     with open(chunk.path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return np.frombuffer(mapped, dtype=chunk.dtype)
@@ -218,8 +210,8 @@ class BatchReader:
       ever skipped.
     - `len(reader)` is the number of global batches in an epoch. The first iteration starts at
       `start_batch` (resume mid-epoch), later iterations at 0; `iter_from(i)` starts anywhere.
-    - `prefetch` batches are decoded ahead by a background thread (0: decode inline, one thread);
-      with `threads=k`, k threads share each batch's row chunks (2 per thread).
+    - `prefetch` batches are decoded ahead by a background thread (0: decode inline); with
+      `threads=k`, each batch's rows are split into k ranges decoded on numba's threads.
     - Opening checks the files (exist, whole records, equal row counts); every decoded row is
       checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
       so the checks are always on; errors name the file, the feature and the row.
@@ -264,18 +256,10 @@ class BatchReader:
         self.categorical_chunks = by_channel[CATEGORICAL_CHANNEL]
         self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
         self.num_categorical = len(self.categorical_chunks)
-        self._label = _map_file(self.label_chunk, self.num_rows).view(np.uint8)
-        self._numerical = None
-        if self.numerical_chunk is not None:
-            self._numerical = _map_file(self.numerical_chunk, self.num_rows)
-            if self._numerical.dtype == np.float16:
-                self._numerical = self._numerical.view(np.uint16)
+        numerical = None if self.numerical_chunk is None else _map_file(self.numerical_chunk, self.num_rows)
         self._columns = [_map_file(c, self.num_rows) for c in self.categorical_chunks]
-        self._cards = np.asarray(self.spec.cardinalities, dtype=np.int64)
-        self._groups = []  # (dtype, output column indices) for the kernel's per-dtype tuples
-        for dtype in (np.int8, np.int16, np.int32):
-            targets = [j for j, col in enumerate(self._columns) if col.dtype == dtype]
-            self._groups.append((np.dtype(dtype), np.asarray(targets, dtype=np.int64)))
+        self._sources = decode.row_sources(_map_file(self.label_chunk, self.num_rows), numerical, self.num_numerical,
+                                           self._columns, self.spec.cardinalities)
 
     def __len__(self) -> int:
         return self.num_batches
@@ -288,73 +272,39 @@ class BatchReader:
         return first + begin, first + end
 
     def read_batch(self, index: int) -> Batch:
-        """Decode global batch `index` (this rank's slice) synchronously, on the calling thread."""
-        return self._read_batch(index, None)
-
-    def _read_batch(self, index: int, helpers: "_DecodeHelpers | None") -> Batch:
-        """Decode batch `index` in row chunks; with `helpers`, they share the chunks with this thread."""
+        """Decode global batch `index` (this rank's slice) now, on the calling thread (and `threads` - 1 more)."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         begin, end = self.local_rows(index)
-        n = end - begin
         global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
-        label, numerical, categorical = self._buffers.take(n)
-        chunks = 1 if helpers is None else max(1, min(2 * (helpers.count + 1), n // MIN_ROWS_PER_CHUNK))
-        tasks = []
-        for chunk in range(chunks):
-            lo, hi = rank_slice(n, chunk, chunks)
-            tasks.append(lambda lo=lo, hi=hi: self._decode_rows(begin + lo, begin + hi, label[lo:hi],
-                                                                numerical[lo:hi], categorical[lo:hi]))
-        _SharedChunks(tasks).run(helpers)
+        label, numerical, categorical = self._buffers.take(end - begin)
+        parts = max(1, min(self.threads, (end - begin) // MIN_ROWS_PER_THREAD))
+        kind, column, row = decode.decode_rows(self._sources, begin, parts, self._scratch(parts), label,
+                                               numerical.reshape(-1).view(np.uint32), categorical)
+        if kind >= 0:
+            raise self._bad_value(kind, column, begin + row)
         return Batch(numerical, categorical, label, global_rows, index, begin)
 
-    def _decode_rows(self, begin: int, end: int, label: np.ndarray, numerical: np.ndarray,
-                     categorical: np.ndarray) -> None:
-        """Decode dataset rows [begin, end) straight from the file mappings into the given arrays."""
-        bad = decode.decode_label(self._label[begin:end], label)
-        if bad >= 0:
-            raise DataError(f"label byte {int(self._label[begin + bad])} is not 0 or 1", self.label_chunk.path,
-                            self.label_chunk.features[0], begin + bad)
-        if self._numerical is not None:
-            self._decode_numerical(begin, end, numerical)
-        if self._columns:
-            self._decode_categorical(begin, end, categorical)
-
-    def _decode_numerical(self, begin: int, end: int, out: np.ndarray) -> None:
-        width = self.num_numerical
-        src = self._numerical[begin * width:end * width]
-        flat = out.reshape(-1)
-        if src.dtype == np.uint16:
-            bad = decode.decode_half(src, decode.HALF_TO_FLOAT_BITS, flat.view(np.uint32))
+    def _bad_value(self, kind: int, column: int, row: int) -> DataError:
+        """The error naming file, feature and row of a value the decode rejected."""
+        if kind == decode.LABEL:
+            chunk, why = self.label_chunk, f"label byte {int(self._sources.label_src[row])} is not 0 or 1"
+        elif kind == decode.NUMERICAL:
+            chunk = self.numerical_chunk
+            at = row * self.num_numerical + column
+            why = f"numerical value {self._sources.numerical_src[at:at + 1].view(chunk.dtype)[0]} is NaN or inf"
         else:
-            bad = decode.decode_single(src, flat)
-        if bad >= 0:
-            row, column = divmod(bad, width)
-            value = src[bad:bad + 1].view(self.numerical_chunk.dtype)[0]
-            raise DataError(f"numerical value {value} is NaN or inf", self.numerical_chunk.path,
-                            self.numerical_chunk.features[column], begin + row)
+            chunk = self.categorical_chunks[column]
+            why = f"id {int(self._columns[column][row])} is outside [0, {self._sources.cards[column]})"
+        return DataError(why, chunk.path, chunk.features[column if kind == decode.NUMERICAL else 0], row)
 
-    def _decode_categorical(self, begin: int, end: int, out: np.ndarray) -> None:
-        args = []
-        for dtype, targets in self._groups:
-            cols = tuple(self._columns[j][begin:end] for j in targets)
-            if not cols:  # the kernel takes one tuple per dtype; an empty group gets an unused dummy
-                cols = (_read_only_empty(dtype),)
-            args += [cols, targets]
-        table, row = decode.decode_categorical(*args, self._cards, self._scratch(), out)
-        if table >= 0:
-            chunk = self.categorical_chunks[table]
-            value = int(self._columns[table][begin + row])
-            raise DataError(f"id {value} is outside [0, {self._cards[table]})", chunk.path, chunk.features[0],
-                            begin + row)
-
-    def _scratch(self) -> np.ndarray:
-        """Per-thread int32 scratch [tables, block rows + pad] for the categorical kernel."""
-        wide = getattr(self._thread_local, "wide", None)
-        if wide is None:
-            wide = np.empty((self.num_categorical, decode.CATEGORICAL_BLOCK_ROWS + decode.SCRATCH_PAD), dtype=np.int32)
-            self._thread_local.wide = wide
-        return wide
+    def _scratch(self, parts: int) -> np.ndarray:
+        """Per-thread scratch for the decode (a reader may decode on its prefetch and calling threads)."""
+        scratch = getattr(self._thread_local, "scratch", None)
+        if scratch is None or scratch.shape[0] < parts:
+            scratch = decode.new_scratch(parts, self.num_categorical)
+            self._thread_local.scratch = scratch
+        return scratch
 
     # -- iteration
     def __iter__(self) -> Iterator[Batch]:
@@ -368,12 +318,12 @@ class BatchReader:
             raise ValueError(f"first_batch {first_batch} is outside [0, {self.num_batches}]")
         if self.prefetch == 0:
             return (self.read_batch(i) for i in range(first_batch, self.num_batches))
-        return _prefetched(self._read_batch, range(first_batch, self.num_batches), self.prefetch, self.threads - 1)
+        return _prefetched(self.read_batch, range(first_batch, self.num_batches), self.prefetch)
 
     def check_all(self) -> int:
         """Decode every row of the mapping once (all ranks' rows, partial batch included) to surface
         bad values before training; returns the number of rows checked."""
-        whole = BatchReader(self.spec, self.mapping, self.global_batch_size, prefetch=0)
+        whole = BatchReader(self.spec, self.mapping, self.global_batch_size, prefetch=0, threads=self.threads)
         for i in range(len(whole)):
             whole.read_batch(i)
         return whole.num_rows
@@ -430,94 +380,11 @@ class _Failure:
         self.error = error
 
 
-class _SharedChunks:
-    """One batch's row chunks, claimed one at a time by the calling thread and any idle helpers.
+def _prefetched(produce, indices: range, prefetch: int) -> Iterator[Batch]:
+    """Run `produce(i)` for `indices` in a background thread, yield results in order.
 
-    The caller never waits for a helper to start (on a loaded machine it may not be scheduled for
-    milliseconds): it decodes whatever is unclaimed itself, then waits only for chunks a helper is
-    already decoding. Of several data errors the one at the earliest row is raised, the one a
-    single thread would have met first.
-    """
-
-    def __init__(self, tasks: list):
-        self._tasks = tasks
-        self._next = 0
-        self._finished = 0
-        self._errors: list[BaseException] = []
-        self._lock = threading.Condition()
-
-    def work(self) -> None:
-        """Claim and run chunks until none is left."""
-        while True:
-            with self._lock:
-                if self._next >= len(self._tasks):
-                    return
-                task = self._tasks[self._next]
-                self._next += 1
-            error = None
-            try:
-                task()
-            except BaseException as caught:  # collected, raised by run()
-                error = caught
-            with self._lock:
-                if error is not None:
-                    self._errors.append(error)
-                self._finished += 1
-                self._lock.notify_all()
-
-    def run(self, helpers: "_DecodeHelpers | None") -> None:
-        if helpers is not None and len(self._tasks) > 1:
-            helpers.offer(self)
-        self.work()
-        with self._lock:
-            self._lock.wait_for(lambda: self._finished == len(self._tasks))
-            self._tasks = []  # a helper's late, stale reference must not keep the batch's arrays alive
-        if self._errors:
-            data_errors = [e for e in self._errors if isinstance(e, DataError) and e.row is not None]
-            if len(data_errors) == len(self._errors):
-                raise min(data_errors, key=lambda e: e.row)
-            raise next(e for e in self._errors if e not in data_errors)
-
-
-class _DecodeHelpers:
-    """`count` threads that help decode the chunks of each batch offered to them.
-
-    The decode kernels release the GIL, so chunks run in parallel. `close()` stops the threads.
-    """
-
-    def __init__(self, count: int):
-        self.count = count
-        self._offers = [queue.SimpleQueue() for _ in range(count)]
-        self._threads = [threading.Thread(target=self._serve, args=(offers,), daemon=True, name=f"batch-decode-{k}")
-                         for k, offers in enumerate(self._offers)]
-        for thread in self._threads:
-            thread.start()
-
-    @staticmethod
-    def _serve(offers: queue.SimpleQueue) -> None:
-        while True:
-            chunks = offers.get()
-            if chunks is None:
-                return
-            chunks.work()  # a stale offer (batch already done) finds nothing left and returns
-
-    def offer(self, chunks: _SharedChunks) -> None:
-        for offers in self._offers:
-            offers.put(chunks)
-
-    def close(self) -> None:
-        for offers in self._offers:
-            offers.put(None)
-        for thread in self._threads:
-            thread.join(timeout=10)
-
-
-def _prefetched(produce, indices: range, prefetch: int, helpers: int) -> Iterator[Batch]:
-    """Run `produce(i, decode_helpers)` for `indices` in a background thread, yield results in order.
-
-    At most `prefetch` decoded batches wait in the queue; with `helpers` > 0 that many helper
-    threads share each batch's row chunks with the producer. Stops all threads when the consumer
-    stops early (generator close / garbage collection).
+    At most `prefetch` decoded batches wait in the queue. Stops the thread when the consumer stops
+    early (generator close / garbage collection).
     """
     batches = queue.Queue(maxsize=max(1, prefetch))
     stop = threading.Event()
@@ -531,18 +398,17 @@ def _prefetched(produce, indices: range, prefetch: int, helpers: int) -> Iterato
                 continue
         return False
 
-    def work(decode_helpers) -> None:
+    def work() -> None:
         try:
             for i in indices:
-                if not put(produce(i, decode_helpers)):
+                if not put(produce(i)):
                     return
         except BaseException as error:  # handed to the consumer, raised there
             put(_Failure(error))
 
     def consume() -> Iterator[Batch]:
-        # threads start on the first next(), so an iterator that is never used leaks nothing
-        decode_helpers = _DecodeHelpers(helpers) if helpers > 0 and len(indices) else None
-        worker = threading.Thread(target=work, args=(decode_helpers,), daemon=True, name="batch-prefetch")
+        # the thread starts on the first next(), so an iterator that is never used leaks nothing
+        worker = threading.Thread(target=work, daemon=True, name="batch-prefetch")
         worker.start()
         try:
             for _ in range(len(indices)):
@@ -553,7 +419,5 @@ def _prefetched(produce, indices: range, prefetch: int, helpers: int) -> Iterato
         finally:
             stop.set()
             worker.join(timeout=10)
-            if decode_helpers is not None:
-                decode_helpers.close()
 
     return consume()

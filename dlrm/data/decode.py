@@ -10,22 +10,28 @@ Each kernel checks its values on the fly (label in {0,1}, numericals finite, ids
 [0, cardinality)); on a failure it returns the offending position instead of raising, so the
 caller can name the file, the feature and the row.
 
+`decode_rows` is the one entry point: it decodes a batch's rows, split into `parts` row ranges that
+run on numba's threads (one parallel region per batch: Python threads handing chunks to each other
+cost more than the decode itself), and reports the earliest bad row of the batch whatever the
+split, so the error does not depend on the thread count.
+
 The two intrinsic kernels are only used on x86-64 CPUs with F16C (where they were built and tested:
 without F16C, LLVM turns the half conversion into a runtime-library call the JIT may not resolve).
-Elsewhere (older x86, aarch64, ...) `decode_half` and `decode_categorical` are plain numpy versions
-with the same signature and results, chosen once at import by `select_kernels`.
+Elsewhere (older x86, aarch64, ...) `decode_rows` is a plain numpy version with the same signature
+and results, chosen once at import by `select_kernels`.
 """
 from __future__ import annotations
 
 import os
 import platform
+from typing import NamedTuple
 
 import numba
 import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba.core import types
-from numba.core.extending import intrinsic
+from numba.core.extending import intrinsic, overload
 
 # float16 bit pattern -> float32 bit pattern; exact by construction (numpy's own cast). Used for the
 # few values after the last whole 16-value vector; the rest goes through the CPU's conversion.
@@ -98,18 +104,33 @@ def compiled_decode_half(src, table_bits, out_bits):
 
 
 @numba.njit(nogil=True, cache=True)
-def decode_single(src, out):
-    """float32 -> float32 copy; returns the first non-finite index, else -1."""
-    n_bad = 0
+def decode_single(src, out_bits):
+    """float32 bit patterns -> the same bits (a copy); returns the first inf/NaN index, else -1."""
+    n_special = 0
     for i in range(src.shape[0]):
         v = src[i]
-        out[i] = v
-        n_bad += not np.isfinite(v)
-    if n_bad:
+        out_bits[i] = v
+        n_special += (v & 0x7F800000) == 0x7F800000
+    if n_special:
         for i in range(src.shape[0]):
-            if not np.isfinite(src[i]):
+            if (src[i] & 0x7F800000) == 0x7F800000:
                 return i
     return -1
+
+
+def decode_numerical(src, table_bits, out_bits):
+    """float16 (uint16 bits) or float32 (uint32 bits) -> float32 bits: `compiled_decode_half` or
+    `decode_single`, picked by the source's width when compiled (numba cannot branch on a dtype)."""
+    if src.dtype.itemsize == 2:
+        return compiled_decode_half(src, table_bits, out_bits)
+    return decode_single(src, out_bits)
+
+
+@overload(decode_numerical, jit_options={"nogil": True})
+def _decode_numerical_compiled(src, table_bits, out_bits):
+    if src.dtype.bitwidth == 16:
+        return lambda src, table_bits, out_bits: compiled_decode_half(src, table_bits, out_bits)
+    return lambda src, table_bits, out_bits: decode_single(src, out_bits)
 
 
 # Rows per block of the categorical kernel: the block's scratch (tables x rows int32) and its slice of
@@ -183,8 +204,9 @@ def _widen_block(cols, targets, wide, r0, r1, lo, hi):
 
 
 @numba.njit(nogil=True, cache=True)
-def compiled_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards, wide, out):
-    """Id columns grouped by stored dtype -> out int32 [rows, tables] (C order).
+def compiled_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards, first, wide, out):
+    """Rows first .. first + len(out) of the id columns, grouped by stored dtype -> out int32
+    [rows, tables] (C order).
 
     `colsN` is a tuple of the int-N columns (a dummy 1-tuple when the group is empty), `targetsN`
     their table indices, `wide` an int32 scratch [tables, CATEGORICAL_BLOCK_ROWS + SCRATCH_PAD].
@@ -193,7 +215,8 @@ def compiled_decode_categorical(cols8, targets8, cols16, targets16, cols32, targ
     When the table count is not a multiple of 8 the last tile overlaps the one before (it rewrites
     a few columns with the same values); fewer than 8 tables and the last rows % 8 rows of a block
     are copied one by one.
-    Returns (table, row) of the first id outside [0, cardinality), else (-1, -1).
+    Returns (table, row of out) of the first id outside [0, cardinality) in row-major order (the
+    earliest row, its lowest table), else (-1, -1).
     """
     n, tables = out.shape
     lo = np.zeros(tables, dtype=np.int32)
@@ -206,14 +229,18 @@ def compiled_decode_categorical(cols8, targets8, cols16, targets16, cols32, targ
     for r0 in range(0, n, CATEGORICAL_BLOCK_ROWS):
         r1 = min(n, r0 + CATEGORICAL_BLOCK_ROWS)
         m = r1 - r0
-        _widen_block(cols8, targets8, wide, r0, r1, lo, hi)
-        _widen_block(cols16, targets16, wide, r0, r1, lo, hi)
-        _widen_block(cols32, targets32, wide, r0, r1, lo, hi)
+        _widen_block(cols8, targets8, wide, first + r0, first + r1, lo, hi)
+        _widen_block(cols16, targets16, wide, first + r0, first + r1, lo, hi)
+        _widen_block(cols32, targets32, wide, first + r0, first + r1, lo, hi)
+        bad_table, bad_row = -1, m
         for j in range(tables):
             if lo[j] < 0 or hi[j] >= cards[j]:
-                for r in range(m):
+                for r in range(bad_row):  # only rows before the earliest found so far
                     if wide[j, r] < 0 or wide[j, r] >= cards[j]:
-                        return j, r0 + r
+                        bad_table, bad_row = j, r
+                        break
+        if bad_table >= 0:
+            return bad_table, r0 + bad_row
         tiled_rows = m - m % 8
         for r in range(0, tiled_rows, 8):
             for j0 in tile_starts:
@@ -228,33 +255,214 @@ def compiled_decode_categorical(cols8, targets8, cols16, targets16, cols32, targ
     return -1, -1
 
 
+# Several decode threads run in numba's thread pool. Its fallback "workqueue" layer aborts the process
+# when two threads launch kernels at once (e.g. a training and an evaluation reader prefetching), so
+# unless the user chose a layer, ask for a thread-safe one: TBB or OpenMP (libgomp).
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "threadsafe"
+_threading_layer_checked = False
+
+
+@numba.njit(parallel=True, cache=True)
+def _probe_threads(out):
+    for i in numba.prange(out.shape[0]):
+        out[i] = i
+
+
+def check_threading_layer() -> None:
+    """Start numba's thread pool once; a clear error if no thread-safe layer loads."""
+    global _threading_layer_checked
+    if _threading_layer_checked:
+        return
+    try:
+        _probe_threads(np.empty(2, np.int64))
+    except ValueError as error:  # numba: "No threading layer could be loaded"
+        raise RuntimeError("decoding a batch on several threads needs numba's OpenMP or TBB threading layer "
+                           "(Debian: apt-get install libgomp1); use one decode thread otherwise") from error
+    if numba.threading_layer() == "workqueue":
+        raise RuntimeError("numba's workqueue threading layer is not thread-safe (NUMBA_THREADING_LAYER=workqueue): "
+                           "use omp or tbb, or one decode thread")
+    _threading_layer_checked = True
+
+
+# What a decode reports first when several values are bad in the same row.
+LABEL, NUMERICAL, CATEGORICAL = 0, 1, 2
+NO_ERROR = (-1, -1, -1)
+
+
+@numba.njit(nogil=True, cache=True)
+def compiled_decode_part(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32,
+                         cards, table_bits, first, lo, hi, wide, out_label, out_numerical_bits, out_categorical):
+    """Batch rows [lo, hi) (file rows first + lo .. first + hi) into the batch's output arrays.
+
+    `numerical_src` holds the float bit patterns (uint16 for float16 files, uint32 for float32),
+    `out_numerical_bits` is the flat uint32 view of the float32 output. Returns (kind, column,
+    batch row) of the earliest bad value (kinds LABEL < NUMERICAL < CATEGORICAL within a row),
+    else NO_ERROR.
+    """
+    kind, column, row = -1, -1, hi
+    bad = decode_label(label_src[first + lo:first + hi], out_label[lo:hi])
+    if bad >= 0:
+        kind, column, row = LABEL, 0, lo + bad
+    if width:
+        bad = decode_numerical(numerical_src[(first + lo) * width:(first + hi) * width], table_bits,
+                               out_numerical_bits[lo * width:hi * width])
+        if bad >= 0 and lo + bad // width < row:
+            kind, column, row = NUMERICAL, bad % width, lo + bad // width
+    if out_categorical.shape[1]:
+        table, bad = compiled_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards,
+                                                 first + lo, wide, out_categorical[lo:hi])
+        if table >= 0 and lo + bad < row:
+            kind, column, row = CATEGORICAL, table, lo + bad
+    if kind < 0:
+        return -1, -1, -1
+    return kind, column, row
+
+
+@numba.njit(nogil=True, cache=True)
+def part_bounds(rows, parts, part):
+    """[lo, hi) of `part` of `parts` near-equal row ranges (cut at multiples of 8: whole transpose tiles)."""
+    lo = (rows * part // parts) // 8 * 8
+    hi = rows if part == parts - 1 else (rows * (part + 1) // parts) // 8 * 8
+    return lo, hi
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def compiled_decode_parts(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32,
+                          cards, table_bits, first, wides, out_label, out_numerical_bits, out_categorical, status):
+    """`compiled_decode_part` on len(status) row ranges in parallel; status[p] = part p's result."""
+    parts = status.shape[0]
+    rows = out_label.shape[0]
+    for p in numba.prange(parts):
+        lo, hi = part_bounds(rows, parts, p)
+        kind, column, row = compiled_decode_part(label_src, numerical_src, width, cols8, targets8, cols16, targets16,
+                                                 cols32, targets32, cards, table_bits, first, lo, hi, wides[p],
+                                                 out_label, out_numerical_bits, out_categorical)
+        status[p, 0] = kind
+        status[p, 1] = column
+        status[p, 2] = row
+
+
+def earliest(results) -> tuple[int, int, int]:
+    """The (kind, column, row) with the lowest row (then kind) among parts' results, else NO_ERROR."""
+    bad = [tuple(int(v) for v in result) for result in results if result[0] >= 0]
+    return min(bad, key=lambda r: (r[2], r[0])) if bad else NO_ERROR
+
+
+def compiled_decode_rows(sources: tuple, first: int, parts: int, wides: np.ndarray, out_label: np.ndarray,
+                         out_numerical_bits: np.ndarray, out_categorical: np.ndarray) -> tuple[int, int, int]:
+    """Decode len(out_label) rows from file row `first`, in `parts` row ranges on numba's threads.
+
+    `sources` is `RowSources`' fields in order; `wides` a scratch [parts, tables, stride] (see
+    `compiled_decode_categorical`). Returns (kind, column, batch row) of the earliest bad value,
+    else NO_ERROR. One part runs on the calling thread, with no thread pool involved.
+    """
+    if parts == 1:
+        return compiled_decode_part(*sources, first, 0, out_label.shape[0], wides[0], out_label,
+                                    out_numerical_bits, out_categorical)
+    check_threading_layer()
+    numba.set_num_threads(min(parts, numba.config.NUMBA_NUM_THREADS))  # this thread's launches only
+    status = np.empty((parts, 3), dtype=np.int64)
+    compiled_decode_parts(*sources, first, wides, out_label, out_numerical_bits, out_categorical, status)
+    return earliest(status)
+
+
 # ====================================================================== portable numpy versions
-def numpy_decode_half(src, table_bits, out_bits):
-    """`compiled_decode_half` in numpy (a table lookup per value): same arguments, same result."""
-    np.take(table_bits, src, out=out_bits, mode="clip")  # uint16 indices are always in range
-    bad = np.flatnonzero((src & 0x7C00) == 0x7C00)
+def numpy_decode_numerical(src, table_bits, out_bits):
+    """`decode_numerical` in numpy (a table lookup per float16 value): same arguments, same result."""
+    if src.dtype.itemsize == 2:
+        np.take(table_bits, src, out=out_bits, mode="clip")  # uint16 indices are always in range
+        bad = np.flatnonzero((src & 0x7C00) == 0x7C00)
+    else:
+        out_bits[:] = src
+        bad = np.flatnonzero((src & 0x7F800000) == 0x7F800000)
     return int(bad[0]) if bad.size else -1
 
 
-def numpy_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards, wide, out):
-    """`compiled_decode_categorical` in numpy: same arguments (`wide` unused), same result, and the
-    same (table, row) reported first: the lowest table within the first bad row block."""
+def numpy_decode_categorical(cols8, targets8, cols16, targets16, cols32, targets32, cards, first, wide, out):
+    """`compiled_decode_categorical` in numpy: same arguments (`wide` unused), same result."""
+    rows = slice(first, first + out.shape[0])
     for cols, targets in ((cols8, targets8), (cols16, targets16), (cols32, targets32)):
         for col, j in zip(cols, targets):  # an empty group's dummy column has no target: skipped
-            out[:, j] = col
-    rows, tables = np.nonzero((out < 0) | (out >= cards))
-    if not rows.size:
-        return -1, -1
-    first = np.lexsort((rows, tables, rows // CATEGORICAL_BLOCK_ROWS))[0]
-    return int(tables[first]), int(rows[first])
+            out[:, j] = col[rows]
+    bad_rows, bad_tables = np.nonzero((out < 0) | (out >= cards))  # row-major: earliest row, lowest table
+    return (int(bad_tables[0]), int(bad_rows[0])) if bad_rows.size else (-1, -1)
 
 
-def select_kernels(machine: str, cpu_features) -> tuple:
-    """(decode_half, decode_categorical) for this CPU: the compiled ones on x86-64 with F16C, else numpy."""
+def numpy_decode_rows(sources: tuple, first: int, parts: int, wides, out_label: np.ndarray,
+                      out_numerical_bits: np.ndarray, out_categorical: np.ndarray) -> tuple[int, int, int]:
+    """`compiled_decode_rows` in numpy, on the calling thread (`parts` and `wides` unused): same result."""
+    n, width = out_label.shape[0], sources.width
+    label = sources.label_src[first:first + n]
+    out_label[:] = label
+    results = []
+    bad = np.flatnonzero(label > 1)
+    if bad.size:
+        results.append((LABEL, 0, int(bad[0])))
+    if width:
+        bad = numpy_decode_numerical(sources.numerical_src[first * width:(first + n) * width], sources.table_bits,
+                                     out_numerical_bits)
+        if bad >= 0:
+            results.append((NUMERICAL, bad % width, bad // width))
+    if out_categorical.shape[1]:
+        table, row = numpy_decode_categorical(sources.cols8, sources.targets8, sources.cols16, sources.targets16,
+                                              sources.cols32, sources.targets32, sources.cards, first, None,
+                                              out_categorical)
+        if table >= 0:
+            results.append((CATEGORICAL, table, row))
+    return earliest(results)
+
+
+# ====================================================================== choosing and feeding the kernels
+class RowSources(NamedTuple):
+    """A mapping's file arrays in the order the row kernels take them (built once per reader)."""
+
+    label_src: np.ndarray  # uint8 [rows]
+    numerical_src: np.ndarray  # uint16 (float16 files) or uint32 (float32 files) bits [rows * width]
+    width: int  # numerical features per row
+    cols8: tuple  # int8 id columns (a dummy empty one when there are none); then their table indices
+    targets8: np.ndarray
+    cols16: tuple
+    targets16: np.ndarray
+    cols32: tuple
+    targets32: np.ndarray
+    cards: np.ndarray  # int64 cardinality per table
+    table_bits: np.ndarray  # HALF_TO_FLOAT_BITS
+
+
+def empty_mapping(dtype) -> np.ndarray:
+    """Empty array typed like a read-only mapping (so the kernels see one array type)."""
+    empty = np.empty(0, dtype=dtype)
+    empty.setflags(write=False)
+    return empty
+
+
+def row_sources(label: np.ndarray, numerical: np.ndarray | None, width: int, columns: list[np.ndarray],
+                cardinalities) -> RowSources:
+    """Group a mapping's arrays for the kernels: float bits for the numericals (an empty uint16 array
+    when there are none), the id columns by stored dtype (the kernels take one tuple per dtype)."""
+    if numerical is None:
+        numerical = empty_mapping(np.uint16)
+    numerical = numerical.view(np.uint16 if numerical.dtype.itemsize == 2 else np.uint32)
+    groups = []
+    for dtype in (np.int8, np.int16, np.int32):
+        targets = [j for j, col in enumerate(columns) if col.dtype == dtype]
+        groups += [tuple(columns[j] for j in targets) or (empty_mapping(dtype),), np.asarray(targets, np.int64)]
+    return RowSources(label.view(np.uint8), numerical, width, *groups, np.asarray(cardinalities, np.int64),
+                      HALF_TO_FLOAT_BITS)
+
+
+def new_scratch(parts: int, tables: int) -> np.ndarray:
+    """Scratch for `decode_rows`: [parts, tables, block rows + pad] int32 (one block per part)."""
+    return np.empty((parts, tables, CATEGORICAL_BLOCK_ROWS + SCRATCH_PAD), dtype=np.int32)
+
+
+def select_kernels(machine: str, cpu_features):
+    """`decode_rows` for this CPU: the compiled one on x86-64 with F16C, else the numpy one."""
     # NUMBA_CPU_NAME (e.g. "generic" for portable caches) compiles for another CPU than this one's F16C.
     if machine in ("x86_64", "AMD64") and cpu_features.get("f16c", False) and not os.environ.get("NUMBA_CPU_NAME"):
-        return compiled_decode_half, compiled_decode_categorical
-    return numpy_decode_half, numpy_decode_categorical
+        return compiled_decode_rows
+    return numpy_decode_rows
 
 
-decode_half, decode_categorical = select_kernels(platform.machine(), llvm.get_host_cpu_features())
+decode_rows = select_kernels(platform.machine(), llvm.get_host_cpu_features())
