@@ -40,6 +40,14 @@ class Batch:
     first_row: int = 0  # dataset row of this slice's first row
 
 
+def split_by_channel(chunks: list[BinaryChunk]) -> tuple[BinaryChunk, "BinaryChunk | None", list[BinaryChunk]]:
+    """(label chunk, numerical chunk or None, categorical chunks in table order) of a mapping's files."""
+    by_channel = {LABEL_CHANNEL: [], NUMERICAL_CHANNEL: [], CATEGORICAL_CHANNEL: []}
+    for chunk in chunks:
+        by_channel[chunk.channel].append(chunk)
+    return by_channel[LABEL_CHANNEL][0], (by_channel[NUMERICAL_CHANNEL] or [None])[0], by_channel[CATEGORICAL_CHANNEL]
+
+
 def _spec_at(spec: FeatureSpec, directory: str) -> FeatureSpec:
     return FeatureSpec(spec.feature_spec, spec.source_spec, spec.channel_spec, spec.metadata, directory)
 
@@ -59,9 +67,7 @@ class SplitBinaryWriter:
         self.spec.validate(check_files=False, mappings=[mapping])
         self.mapping = mapping
         self.chunks = self.spec.binary_chunks(mapping)
-        self.label_chunk = self.chunks[0]
-        self.numerical_chunk = next((c for c in self.chunks if c.channel == NUMERICAL_CHANNEL), None)
-        self.categorical_chunks = [c for c in self.chunks if c.channel == CATEGORICAL_CHANNEL]
+        self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
         self.cardinalities = self.spec.cardinalities
         self.rows_written = 0
         self._files = {}
@@ -248,12 +254,7 @@ class BatchReader:
         self._buffers = _BatchBuffers(self.num_numerical, self.num_categorical, slots=prefetch + 2)
 
     def _open_files(self) -> None:
-        by_channel = {LABEL_CHANNEL: [], NUMERICAL_CHANNEL: [], CATEGORICAL_CHANNEL: []}
-        for chunk in self.chunks:
-            by_channel[chunk.channel].append(chunk)
-        self.label_chunk = by_channel[LABEL_CHANNEL][0]
-        self.numerical_chunk = (by_channel[NUMERICAL_CHANNEL] or [None])[0]
-        self.categorical_chunks = by_channel[CATEGORICAL_CHANNEL]
+        self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
         self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
         self.num_categorical = len(self.categorical_chunks)
         numerical = None if self.numerical_chunk is None else _map_file(self.numerical_chunk, self.num_rows)
