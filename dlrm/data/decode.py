@@ -135,7 +135,7 @@ def _decode_numerical_compiled(src, table_bits, out_bits):
 
 # Rows per block of the categorical kernel. Long blocks read each id file in long sequential runs,
 # which the hardware prefetcher follows (the scratch, tables x rows int32, 1.7 MB for 26 tables,
-# then comes from L2/L3): 16,384 rows decoded 1.17-1.22x faster than 2,048 (L2-resident scratch) in
+# then comes from L2/L3): 16,384 rows decoded 1.09-1.22x faster than 2,048 (L2-resident scratch) in
 # same-process A/B runs, 1 and 2 threads, prefetch 0 and 4. The scratch rows are padded so their
 # stride is not a multiple of 4 KiB (eight loads 4 KiB apart would all hit the same L1 cache set).
 CATEGORICAL_BLOCK_ROWS = 16384
