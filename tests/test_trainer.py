@@ -163,3 +163,17 @@ def test_partial_batch_drop_reports_the_skipped_rows(synthetic_dir, tmp_path):
     assert result.step == 1
     skipped = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "rows_skipped"]
     assert [(r["rows"], r["per"]) for r in skipped] == [(6000 - 11 * 512, "epoch")]
+
+
+def test_weights_are_checked_for_nan_and_inf_in_row_chunks(monkeypatch):
+    """The check before a checkpoint looks at big tables a few rows at a time (no bool copy of a
+    whole table), and still finds a NaN or inf in any chunk, the last partial one included."""
+    monkeypatch.setattr(trainer, "FINITE_CHECK_ROWS", 4)
+    table = np.ones((10, 3), np.float32)  # chunks of rows 0-3, 4-7, 8-9
+    scalar, counter = tf.Variable(1.5), tf.Variable(np.int64(7))
+    assert trainer._all_finite([tf.Variable(table), scalar, counter])
+    for row, value in [(0, np.nan), (5, np.inf), (9, -np.inf)]:
+        bad = table.copy()
+        bad[row, 1] = value
+        assert not trainer._all_finite([tf.Variable(bad), scalar, counter]), (row, value)
+    assert not trainer._all_finite([tf.Variable(table), tf.Variable(np.nan)])

@@ -22,7 +22,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -36,7 +36,7 @@ FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _PIECE_FILE = re.compile(r"^r(\d+)-(\d+)_c(\d+)-(\d+)\.npy$")
 _KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
-_WRITE_ROWS = 1 << 20  # rows copied out of a variable at a time (bounds host memory for big tables)
+_CHUNK_ROWS = 1 << 20  # rows copied out of or into a variable at a time (bounds host memory for big tables)
 
 # A piece with its variables: {"value": weights, "<slot name>": optimizer slot of the same shape}.
 PieceSlots = Tuple[TablePiece, Mapping[str, "object"]]
@@ -83,12 +83,12 @@ def _save_array(path: str, array: np.ndarray) -> None:
 def _save_variable(path: str, variable) -> None:
     """Write a (possibly large) 2-D variable in row chunks so the host never holds two copies."""
     shape = tuple(variable.shape)
-    if len(shape) != 2 or shape[0] <= _WRITE_ROWS:
+    if len(shape) != 2 or shape[0] <= _CHUNK_ROWS:
         _save_array(path, np.asarray(variable.numpy()))
         return
     out = np.lib.format.open_memmap(path, mode="w+", dtype=variable.dtype.as_numpy_dtype, shape=shape)
-    for start in range(0, shape[0], _WRITE_ROWS):
-        out[start:start + _WRITE_ROWS] = variable[start:start + _WRITE_ROWS].numpy()
+    for start in range(0, shape[0], _CHUNK_ROWS):
+        out[start:start + _CHUNK_ROWS] = variable[start:start + _CHUNK_ROWS].numpy()
     out.flush()
     del out
     with open(path, "rb+") as f:
@@ -311,5 +311,18 @@ def restore_checkpoint(
             if not saved:
                 raise CheckpointError(f"checkpoint {checkpoint_dir} has no slot {slot!r} for table {piece.table} "
                                       f"(written with another optimizer?)")
-            variable.assign(read_region(saved, piece))
+            _restore_variable(variable, saved, piece)
     return meta
+
+
+def _restore_variable(variable, saved: List[Tuple[TablePiece, str]], piece: TablePiece) -> None:
+    """Fill a piece's variable from the saved files in row chunks, so the host never holds a whole
+    copy of a big table piece (the mirror of `_save_variable`)."""
+    rows = piece.shape[0]
+    if rows <= _CHUNK_ROWS:
+        variable.assign(read_region(saved, piece))
+        return
+    for start in range(0, rows, _CHUNK_ROWS):
+        stop = min(rows, start + _CHUNK_ROWS)
+        chunk = replace(piece, row_start=piece.row_start + start, row_end=piece.row_start + stop)
+        variable[start:stop].assign(read_region(saved, chunk))

@@ -247,8 +247,18 @@ def _restore_source(train_cfg: TrainConfig) -> Optional[str]:
     return None
 
 
+# Rows of a table checked at a time: is_finite over a whole big table would allocate a bool copy of it.
+FINITE_CHECK_ROWS = 1 << 20
+
+
 def _all_finite(variables) -> bool:
-    checks = [tf.reduce_all(tf.math.is_finite(v)) for v in variables if v.dtype.is_floating]
+    checks = []
+    for v in variables:
+        if not v.dtype.is_floating:
+            continue
+        rows = v.shape[0] if v.shape.rank else 0
+        starts = range(0, rows, FINITE_CHECK_ROWS) if rows > FINITE_CHECK_ROWS else [None]
+        checks += [tf.reduce_all(tf.math.is_finite(v if s is None else v[s:s + FINITE_CHECK_ROWS])) for s in starts]
     return bool(dist.all_ranks_true(tf.reduce_all(checks), name="finite").numpy())
 
 
