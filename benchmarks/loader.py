@@ -44,12 +44,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
+from dlrm.config import DataConfig  # noqa: E402
 from dlrm.data.binary import BatchReader  # noqa: E402
 from dlrm.data.criteo import preset_cardinalities  # noqa: E402
+from dlrm.data.decode import part_bounds  # noqa: E402
 from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
 from dlrm.data.synthetic import generate_atomically, is_generated  # noqa: E402
 
 RAW_BUFFER_BYTES = 8 << 20
+READER_PREFETCH = DataConfig().prefetch_batches  # the trainer's default
 
 
 def ensure_dataset(directory: str, preset: str, rows: int) -> FeatureSpec:
@@ -107,7 +110,7 @@ def raw_read_window(paths: list[str], seconds: float, streams: int = 1) -> tuple
             return total, elapsed
 
 
-def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float, prefetch: int = 4,
+def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float, prefetch: int = READER_PREFETCH,
                   fresh_mappings: bool = False) -> tuple[float, float]:
     """Full epochs of BatchReader until `seconds` pass; returns (file bytes, seconds).
 
@@ -148,7 +151,7 @@ def _widen_batch(group8, per_row8, out8, group16, per_row16, out16, group32, per
     """One batch, every column: `parts` row ranges in one parallel region (as the reader decodes);
     columns grouped by stored width (a numba tuple holds one array type)."""
     for p in numba.prange(parts):
-        lo, hi = rows * p // parts, rows * (p + 1) // parts
+        lo, hi = part_bounds(rows, parts, p)  # the reader's split
         _widen_rows(group8, per_row8, out8, first_row, lo, hi)
         _widen_rows(group16, per_row16, out16, first_row, lo, hi)
         _widen_rows(group32, per_row32, out32, first_row, lo, hi)
@@ -217,7 +220,9 @@ def main(argv=None) -> int:
         "reader_2_threads_inline": lambda: reader_window(spec, args.batch, 2, window, prefetch=0),
         "reader_2_threads_fresh_mappings": lambda: reader_window(spec, args.batch, 2, window, fresh_mappings=True),
         "floor_2_threads": lambda: floor_window(spec, args.batch, window),
-        "floor_2_threads_6_output_sets": lambda: floor_window(spec, args.batch, window, output_sets=6),
+        # the reader's pool: READER_PREFETCH queued + the consumer's + the one being decoded
+        "floor_2_threads_6_output_sets": lambda: floor_window(spec, args.batch, window,
+                                                              output_sets=READER_PREFETCH + 2),
     }
     # warm-up: page cache, numba compilation, allocator
     raw_read_window(paths, 0.0)

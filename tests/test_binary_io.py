@@ -215,8 +215,10 @@ def test_numpy_kernels_report_the_same_first_bad_position():
     halves[[21, 33]] = [np.inf, np.nan]
     singles = np.ones(40, np.float32)
     singles[[17, 30]] = [np.nan, -np.inf]
-    for source, first_bad in ((halves.view(np.uint16), 21), (singles.view(np.uint32), 17)):
-        for kernel in (decode.decode_numerical, decode.numpy_decode_numerical):
+    single = lambda src, _, out: decode.decode_single(src, out)  # noqa: E731 (same arguments as the others)
+    for source, first_bad, compiled in ((halves.view(np.uint16), 21, decode.compiled_decode_half),
+                                        (singles.view(np.uint32), 17, single)):
+        for kernel in (compiled, decode.numpy_decode_numerical):
             out = np.empty(40, np.uint32)
             assert kernel(source, decode.HALF_TO_FLOAT_BITS, out) == first_bad
             np.testing.assert_array_equal(out.view(np.float32), source.view(f"f{source.itemsize}").astype(np.float32))

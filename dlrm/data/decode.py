@@ -119,11 +119,10 @@ def decode_single(src, out_bits):
 
 
 def decode_numerical(src, table_bits, out_bits):
-    """float16 (uint16 bits) or float32 (uint32 bits) -> float32 bits: `compiled_decode_half` or
-    `decode_single`, picked by the source's width when compiled (numba cannot branch on a dtype)."""
-    if src.dtype.itemsize == 2:
-        return compiled_decode_half(src, table_bits, out_bits)
-    return decode_single(src, out_bits)
+    """float16 (uint16 bits) or float32 (uint32 bits) -> float32 bits, for compiled callers:
+    `compiled_decode_half` or `decode_single`, picked by the source's width when compiled (numba
+    cannot branch on a dtype at run time). From Python, call those two directly."""
+    raise NotImplementedError("decode_numerical exists only inside compiled kernels")
 
 
 @overload(decode_numerical, jit_options={"nogil": True})
