@@ -4,18 +4,18 @@ Variants, all over the same split-binary mapping:
 - raw 1 stream / raw 2 streams: every file front to back with `os.preadv` into a reused 8 MiB buffer
   (the fastest plain read; no conversion), by one thread, and by two threads taking every other
   8 MiB chunk. "raw 1 stream" is the ratio's reference.
-- reader 1 thread / reader 2 threads: `BatchReader(prefetch=4, threads=k)`, the trainer's setting:
-  a background thread decodes up to 4 batches ahead (float32 numerical, int32 categorical, float32
-  label) while the consumer counts rows; one reader iterates epoch after epoch, as the trainer
-  uses it.
-- reader 2 threads inline: `prefetch=0`, batches decoded on the consumer's thread when asked for:
-  two output sets alternate and stay in the cache.
+- reader 1 thread / reader 2 threads: `BatchReader(prefetch=4, threads=k)` (k=1 is the trainer's
+  default): k background threads each decode whole batches (float32 numerical, int32 categorical,
+  float32 label), at most 4 + k ahead of the consumer, while it counts rows; one reader
+  iterates epoch after epoch, as the trainer uses it.
+- reader 2 threads inline: `prefetch=0`, each batch decoded when asked for, its rows split over
+  the consumer's thread and one of numba's: two output sets alternate and stay in the cache.
 - reader 2 threads fresh mappings: a new reader every epoch, so every page of the mapped files is
   faulted in again (what a run's first epoch pays: ~0.2 us per 4 KiB page on this VM).
 - floor 2 threads: a lower bound on any loader's work: per batch, one parallel region reads every
   column and writes it zero-extended to 4 bytes per value (the size of the reader's outputs); no
   float16 conversion, no [B, 26] transpose, no checks, one output set reused (cache-resident).
-  "6 output sets" rotates over as many sets as the reader has in flight at prefetch 4.
+  "8 output sets" rotates over as many sets as the 2-thread reader keeps at prefetch 4.
 Windows alternate (raw 1 stream, raw 2 streams, reader ..., floor ..., raw ...) after a warm-up;
 the report gives medians and per-window ratios to the raw read of the same round, and the load
 average at each window (the machine is shared). Bandwidth counts the bytes of the files consumed
@@ -45,7 +45,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
 from dlrm.config import DataConfig  # noqa: E402
-from dlrm.data.binary import BatchReader  # noqa: E402
+from dlrm.data.binary import BatchReader, pooled_output_sets  # noqa: E402
 from dlrm.data.criteo import preset_cardinalities  # noqa: E402
 from dlrm.data.decode import part_bounds  # noqa: E402
 from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
@@ -53,6 +53,7 @@ from dlrm.data.synthetic import generate_atomically, is_generated  # noqa: E402
 
 RAW_BUFFER_BYTES = 8 << 20
 READER_PREFETCH = DataConfig().prefetch_batches  # the trainer's default
+READER_SETS = pooled_output_sets(READER_PREFETCH, 2)  # output sets the 2-thread reader keeps
 
 
 def ensure_dataset(directory: str, preset: str, rows: int) -> FeatureSpec:
@@ -163,7 +164,7 @@ def floor_window(spec: FeatureSpec, batch: int, seconds: float, threads: int = 2
     zero-extended to 4 bytes per value (what the reader's float32/int32 outputs take), with `threads`
     numba threads in one parallel region; no float16 conversion, no [B, 26] transpose, no checks.
     Batches take turns over `output_sets` sets of outputs: 1 stays in the cache; the reader at
-    prefetch 4 has up to 6 in flight (10.5 MB each), which do not. Returns (bytes, seconds)."""
+    prefetch 4 and 2 threads keeps up to 8 (10.5 MB each), which do not. Returns (bytes, seconds)."""
     numba.set_num_threads(threads)
     chunks = spec.binary_chunks("train")
     rows = spec.num_rows("train")
@@ -220,9 +221,8 @@ def main(argv=None) -> int:
         "reader_2_threads_inline": lambda: reader_window(spec, args.batch, 2, window, prefetch=0),
         "reader_2_threads_fresh_mappings": lambda: reader_window(spec, args.batch, 2, window, fresh_mappings=True),
         "floor_2_threads": lambda: floor_window(spec, args.batch, window),
-        # the reader's pool: READER_PREFETCH queued + the consumer's + the one being decoded
-        "floor_2_threads_6_output_sets": lambda: floor_window(spec, args.batch, window,
-                                                              output_sets=READER_PREFETCH + 2),
+        f"floor_2_threads_{READER_SETS}_output_sets": lambda: floor_window(spec, args.batch, window,
+                                                                          output_sets=READER_SETS),
     }
     # warm-up: page cache, numba compilation, allocator
     raw_read_window(paths, 0.0)

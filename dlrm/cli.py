@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--partial_batch", [("data", "partial_batch")], "last smaller batch of an epoch",
          choices=["keep", "drop"])
     _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=_non_negative_int)
-    _add(data, "--decode_threads", [("data", "decode_threads")], "threads decoding each batch", type=_positive_int)
+    _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)", type=_positive_int)
 
     model = parser.add_argument_group("model")
     _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",

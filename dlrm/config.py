@@ -27,7 +27,8 @@ class DataConfig:
     # What to do with a last batch smaller than the global batch: "keep" or "drop" (reported either way).
     partial_batch: str = "keep"
     prefetch_batches: int = 4
-    # Threads decoding each batch (numba's thread pool, rows split between them): more than 1 pays off only
+    # Decode threads (with prefetch, each decodes whole batches in the background; with prefetch 0, each
+    # batch's rows are split between them on numba's threads): more than 1 pays off only
     # with a core to spare next to the training step (benchmarks/loader.py).
     decode_threads: int = 1
 

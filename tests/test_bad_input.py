@@ -96,7 +96,7 @@ def test_id_out_of_range(dataset, table, value, decode_kernels):
     spec = reopen(root)
     path = root / "train" / f"cat_{table}.bin"
     poke(path, spec.dtype(f"cat_{table}"), 100, value)
-    # found by the rank whose slice holds row 100 (rank 1: rows 92..119 of batch 1), in the prefetch thread
+    # found by the rank whose slice holds row 100 (rank 1: rows 92..119 of batch 1), in a prefetch thread
     reader = BatchReader(spec, "train", 64, rank=1, world_size=2)
     with pytest.raises(DataError) as caught:
         list(reader)

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -97,7 +98,7 @@ def test_stopping_early_stops_the_prefetch_threads(dataset):
     before = threading.active_count()
     iterator = BatchReader(spec, "train", 4, prefetch=2, threads=2).iter_from(0)
     next(iterator)
-    assert threading.active_count() >= before + 1
+    assert threading.active_count() == before + 2  # both workers started (26 batches: neither is done)
     iterator.close()
     assert threading.active_count() == before
 
@@ -113,13 +114,13 @@ def test_argument_checks(dataset):
 
 
 def test_rows_split_over_decode_threads(dataset, monkeypatch):
-    """threads=k splits each batch's rows between k threads; the result equals a one-thread decode."""
+    """Inline, threads=k splits each batch's rows between k threads; the result equals a one-thread decode."""
     from dlrm.data import binary
 
     monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 4)  # split even these small batches
     spec, _ = dataset
     inline = list(BatchReader(spec, "train", 50, prefetch=0))
-    split = list(BatchReader(spec, "train", 50, prefetch=2, threads=3))
+    split = list(BatchReader(spec, "train", 50, prefetch=0, threads=3))
     assert [b.index for b in split] == [0, 1, 2]
     for a, b in zip(inline, split):
         np.testing.assert_array_equal(a.categorical, b.categorical)
@@ -127,10 +128,12 @@ def test_rows_split_over_decode_threads(dataset, monkeypatch):
         np.testing.assert_array_equal(a.label, b.label)
 
 
-def test_held_batches_are_never_overwritten(dataset):
-    """Output arrays are reused only once nothing refers to them: held batches and views keep theirs."""
+@pytest.mark.parametrize("threads", [1, 3])
+def test_held_batches_are_never_overwritten(dataset, threads):
+    """Output arrays are reused only once nothing refers to them: held batches and views keep theirs
+    (with three prefetch workers taking sets from the pool at once, too)."""
     spec, _ = dataset
-    reader = BatchReader(spec, "train", 4, prefetch=2)
+    reader = BatchReader(spec, "train", 4, prefetch=2, threads=threads)
     expected = [reader.read_batch(i).categorical.copy() for i in range(len(reader))]
     held, views, addresses = [], [], set()
     for batch in reader:
@@ -161,13 +164,94 @@ def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, 
     ids[110], ids[70] = 2, 5  # in the last chunk and in the middle one
     ids.tofile(path)
     with pytest.raises(DataError) as caught:
-        list(BatchReader(spec, "train", 120, prefetch=1, threads=3))
+        BatchReader(spec, "train", 120, prefetch=0, threads=3).read_batch(0)
     assert (caught.value.file, caught.value.feature, caught.value.row) == (str(path), "cat_7", 70)
 
 
-def test_two_readers_decoding_on_several_threads_at_once(tmp_path, monkeypatch):
-    """Two readers (say training and evaluation) prefetching at the same time, each splitting its
-    batches over numba's threads: both read exactly what a one-thread reader reads."""
+class _OutOfOrder:
+    """A `produce` for `_prefetched` whose later items finish first: item i waits (briefly) until
+    item i + 1 is done, so of the items in flight the last taken finishes first."""
+
+    def __init__(self, count: int, fail_at: int = -1):
+        self.done = [threading.Event() for _ in range(count)]
+        self.started, self.finished, self.fail_at = [], [], fail_at
+        self.lock = threading.Lock()
+
+    def __call__(self, i: int) -> int:
+        with self.lock:
+            self.started.append(i)
+        if i + 1 < len(self.done):
+            self.done[i + 1].wait(timeout=0.1)  # i + 1 may not be taken yet: then give up waiting
+        with self.lock:
+            self.finished.append(i)
+        self.done[i].set()
+        if i == self.fail_at:
+            raise ValueError(f"item {i}")
+        return i
+
+
+def test_prefetched_yields_in_order_what_workers_finish_out_of_order():
+    from dlrm.data.binary import _prefetched
+
+    produce = _OutOfOrder(12)
+    assert list(_prefetched(produce, range(12), prefetch=2, workers=3)) == list(range(12))
+    assert produce.finished != sorted(produce.finished)  # the workers really finished out of order
+
+
+def test_prefetched_raises_at_the_failed_item_and_takes_nothing_past_the_bound():
+    from dlrm.data.binary import _prefetched, batches_ahead
+
+    before = threading.active_count()
+    produce = _OutOfOrder(40, fail_at=5)
+    got = []
+    with pytest.raises(ValueError, match="item 5"):
+        for item in _prefetched(produce, range(40), prefetch=2, workers=3):
+            got.append(item)
+    assert got == [0, 1, 2, 3, 4]
+    # at most 5 handed over + the bound were ever taken, and the failure stopped the workers
+    assert max(produce.started) < 5 + batches_ahead(2, 3)
+    assert threading.active_count() == before
+
+
+def test_prefetch_fills_exactly_its_bound_and_closing_stops_the_waiting_workers():
+    from dlrm.data.binary import _prefetched, batches_ahead
+
+    before = threading.active_count()
+    started = []
+    iterator = _prefetched(lambda i: started.append(i) or i, range(100), prefetch=1, workers=3)
+    assert next(iterator) == 0
+    time.sleep(0.3)  # the workers fill the bound, then wait for the consumer
+    assert sorted(started) == list(range(1 + batches_ahead(1, 3)))  # 1 handed over + 4 ahead
+    assert threading.active_count() == before + 3
+    iterator.close()
+    assert threading.active_count() == before
+
+
+def test_prefetch_workers_yield_every_batch_before_a_bad_one_then_raise(tmp_path):
+    """Three workers decode batches out of order; a bad id in batch 6 (of 10) still comes after
+    batches 0..5, in order, and the workers stop."""
+    from dlrm.data.errors import DataError
+
+    spec, _ = make_dataset(tmp_path, 100)
+    path = tmp_path / "train" / "cat_7.bin"
+    ids = np.fromfile(path, dtype=spec.dtype("cat_7"))
+    ids[63] = 9  # cardinality 2; batch 6 holds rows 60..69
+    ids.tofile(path)
+    before = threading.active_count()
+    seen = []
+    with pytest.raises(DataError) as caught:
+        for batch in BatchReader(spec, "train", 10, prefetch=3, threads=3):
+            seen.append(batch.index)
+    assert seen == [0, 1, 2, 3, 4, 5]
+    assert (caught.value.feature, caught.value.row) == ("cat_7", 63)
+    assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_two_readers_decoding_on_several_threads_at_once(tmp_path, monkeypatch, prefetch):
+    """Two readers (say training and evaluation) decoding at the same time, each on two threads
+    (inline: each batch split over numba's threads; prefetching: two workers each): both read
+    exactly what a one-thread reader reads."""
     from dlrm.data import binary
 
     monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 8)
@@ -177,7 +261,7 @@ def test_two_readers_decoding_on_several_threads_at_once(tmp_path, monkeypatch):
 
     def read(name: int) -> None:
         try:
-            reader = BatchReader(spec, "train", 100 + 37 * name, prefetch=2, threads=2)
+            reader = BatchReader(spec, "train", 100 + 37 * name, prefetch=prefetch, threads=2)
             results[name] = [(b.numerical.copy(), b.categorical.copy()) for _ in range(4) for b in reader]
         except BaseException as error:  # re-raised below, in the test's thread
             errors.append(error)

@@ -7,9 +7,9 @@ Files are headerless, little-endian, fixed-size records, so row r of every file 
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import os
-import queue
 import sys
 import threading
 from dataclasses import dataclass
@@ -23,7 +23,7 @@ from dlrm.data.feature_spec import (CATEGORICAL_CHANNEL, LABEL_CHANNEL, NUMERICA
                                     FeatureSpec)
 
 PARTIAL_BATCH_RULES = ("keep", "drop")
-# With decode threads, a batch is split into one row range per thread, but none smaller than this:
+# Decoding inline on k threads splits a batch into k row ranges, none smaller than this:
 # below it, starting the threads costs more than they save.
 MIN_ROWS_PER_THREAD = 8192
 
@@ -208,6 +208,18 @@ def rank_slice(batch_rows: int, rank: int, world_size: int) -> tuple[int, int]:
     return begin, begin + base + (1 if rank < extra else 0)
 
 
+def batches_ahead(prefetch: int, workers: int) -> int:
+    """Batches a prefetch may have taken and not yet handed to the consumer: `prefetch` finished
+    ones waiting, plus one per worker in progress (when the consumer is slow, all may be finished)."""
+    return prefetch + workers if prefetch else 0
+
+
+def pooled_output_sets(prefetch: int, threads: int) -> int:
+    """Output array sets a reader keeps for reuse: those its prefetch may have taken, plus the
+    consumer's batch and the one it just let go."""
+    return batches_ahead(prefetch, threads) + 2
+
+
 class BatchReader:
     """Iterates one mapping in global batches, yielding this rank's contiguous slice of each.
 
@@ -216,8 +228,12 @@ class BatchReader:
       ever skipped.
     - `len(reader)` is the number of global batches in an epoch. The first iteration starts at
       `start_batch` (resume mid-epoch), later iterations at 0; `iter_from(i)` starts anywhere.
-    - `prefetch` batches are decoded ahead by a background thread (0: decode inline); with
-      `threads=k`, each batch's rows are split into k ranges decoded on numba's threads.
+    - `threads=k` decode threads. With `prefetch` > 0, k background threads each decode whole
+      batches ahead of the consumer (at most `prefetch` + k decoded or being decoded); with
+      `prefetch=0`, each batch is decoded when asked for, its rows split into k ranges on numba's
+      threads (one parallel region per batch). Whole batches per thread suit prefetching: no thread waits for
+      another at a barrier, so a thread the OS preempts (the consumer wakes on the same cores)
+      delays only its own batch.
     - Opening checks the files (exist, whole records, equal row counts); every decoded row is
       checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
       so the checks are always on; errors name the file, the feature and the row.
@@ -251,7 +267,8 @@ class BatchReader:
         self._iterated = False
         self._thread_local = threading.local()
         self._open_files()
-        self._buffers = _BatchBuffers(self.num_numerical, self.num_categorical, slots=prefetch + 2)
+        self._buffers = _BatchBuffers(self.num_numerical, self.num_categorical,
+                                      slots=pooled_output_sets(prefetch, threads))
 
     def _open_files(self) -> None:
         self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
@@ -273,13 +290,17 @@ class BatchReader:
         return first + begin, first + end
 
     def read_batch(self, index: int) -> Batch:
-        """Decode global batch `index` (this rank's slice) now, on the calling thread (and `threads` - 1 more)."""
+        """Decode global batch `index` (this rank's slice) now, its rows split over the calling thread
+        and `threads` - 1 of numba's."""
+        return self._decode(index, self.threads)
+
+    def _decode(self, index: int, threads: int) -> Batch:
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         begin, end = self.local_rows(index)
         global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
         label, numerical, categorical = self._buffers.take(end - begin)
-        parts = max(1, min(self.threads, (end - begin) // MIN_ROWS_PER_THREAD))
+        parts = max(1, min(threads, (end - begin) // MIN_ROWS_PER_THREAD))
         kind, column, row = decode.decode_rows(self._sources, begin, parts, self._scratch(parts), label,
                                                numerical.reshape(-1).view(np.uint32), categorical)
         if kind >= 0:
@@ -300,7 +321,7 @@ class BatchReader:
         return DataError(why, chunk.path, chunk.features[column if kind == decode.NUMERICAL else 0], row)
 
     def _scratch(self, parts: int) -> np.ndarray:
-        """Per-thread scratch for the decode (a reader may decode on its prefetch and calling threads)."""
+        """Per-thread scratch for the decode (a reader may decode on its prefetch threads and the caller's)."""
         scratch = getattr(self._thread_local, "scratch", None)
         if scratch is None or scratch.shape[0] < parts:
             scratch = decode.new_scratch(parts, self.num_categorical)
@@ -319,7 +340,8 @@ class BatchReader:
             raise ValueError(f"first_batch {first_batch} is outside [0, {self.num_batches}]")
         if self.prefetch == 0:
             return (self.read_batch(i) for i in range(first_batch, self.num_batches))
-        return _prefetched(self.read_batch, range(first_batch, self.num_batches), self.prefetch)
+        whole_batch = functools.partial(self._decode, threads=1)  # each worker decodes whole batches
+        return _prefetched(whole_batch, range(first_batch, self.num_batches), self.prefetch, self.threads)
 
     def check_all(self) -> int:
         """Decode every row of the mapping once (all ranks' rows, partial batch included) to surface
@@ -363,17 +385,19 @@ class _BatchBuffers:
 
     def take(self, n: int):
         """Arrays (label [n], numerical [n, F], categorical [n, T]) that no one else refers to."""
+        # The returned tuple is built under the lock: its references mark the set as taken before
+        # another thread (two prefetch workers) can look at the reference counts.
         with self._lock:
             for arrays in self._sets:
                 if arrays[0].shape[0] == n and self._unused(arrays):
-                    return arrays
+                    return arrays[0], arrays[1], arrays[2]
             arrays = self._new(n)
             if len(self._sets) < self._slots:
                 self._sets.append(arrays)
             elif self._slots:
                 self._sets[self._oldest] = arrays
                 self._oldest = (self._oldest + 1) % self._slots
-            return arrays
+            return arrays[0], arrays[1], arrays[2]
 
 
 class _Failure:
@@ -381,44 +405,65 @@ class _Failure:
         self.error = error
 
 
-def _prefetched(produce, indices: range, prefetch: int) -> Iterator[Batch]:
-    """Run `produce(i)` for `indices` in a background thread, yield results in order.
+def _prefetched(produce, indices: range, prefetch: int, workers: int) -> Iterator[Batch]:
+    """Run `produce(i)` for `indices` on `workers` background threads, yield results in order.
 
-    At most `prefetch` decoded batches wait in the queue. Stops the thread when the consumer stops
-    early (generator close / garbage collection).
+    Each worker takes the next index and produces that whole batch, so workers never wait for each
+    other (a worker the OS preempts delays only its own batch). At most `batches_ahead(prefetch,
+    workers)` batches are taken and not yet handed to the consumer. An error stays in its batch's
+    place: the batches before it are yielded, then it is raised. Stops the workers when the
+    consumer stops early (generator close / garbage collection).
     """
-    batches = queue.Queue(maxsize=max(1, prefetch))
-    stop = threading.Event()
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                batches.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    ahead = batches_ahead(prefetch, workers)
+    ready: dict[int, object] = {}  # position in `indices` -> batch or _Failure
+    state = threading.Condition()
+    taken = handed = 0  # positions taken by workers / handed to the consumer
+    stop = False
 
     def work() -> None:
-        try:
-            for i in indices:
-                if not put(produce(i)):
+        nonlocal taken, stop
+        while True:
+            with state:
+                while not stop and taken < len(indices) and taken - handed >= ahead:
+                    state.wait()
+                if stop or taken >= len(indices):
                     return
-        except BaseException as error:  # handed to the consumer, raised there
-            put(_Failure(error))
+                position = taken
+                taken += 1
+            try:
+                item = produce(indices[position])
+            except BaseException as error:  # handed to the consumer, raised there
+                item = _Failure(error)
+            with state:
+                ready[position] = item
+                stop = stop or isinstance(item, _Failure)  # nothing after a failure is yielded
+                state.notify_all()
+            item = None  # the consumer may drop it while this worker decodes the next one
 
     def consume() -> Iterator[Batch]:
-        # the thread starts on the first next(), so an iterator that is never used leaks nothing
-        worker = threading.Thread(target=work, daemon=True, name="batch-prefetch")
-        worker.start()
+        nonlocal handed, stop
+        # the threads start on the first next(), so an iterator that is never used leaks nothing
+        worker_threads = [threading.Thread(target=work, daemon=True, name=f"batch-prefetch-{k}")
+                          for k in range(workers)]
         try:
-            for _ in range(len(indices)):
-                item = batches.get()
+            for thread in worker_threads:
+                thread.start()
+            for position in range(len(indices)):
+                with state:
+                    while position not in ready:
+                        state.wait()
+                    item = ready.pop(position)
+                    handed = position + 1
+                    state.notify_all()
                 if isinstance(item, _Failure):
                     raise item.error
                 yield item
         finally:
-            stop.set()
-            worker.join(timeout=10)
+            with state:
+                stop = True
+                state.notify_all()
+            for thread in worker_threads:
+                if thread.is_alive() and thread is not threading.current_thread():  # GC may close us there
+                    thread.join(timeout=10)
 
     return consume()

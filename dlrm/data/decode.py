@@ -2,8 +2,8 @@
 
 Why compiled: numpy's float16 -> float32 cast (~2 ns/value) and its strided column scatter with a
 cast (~1 ns/value) cost several times the raw read of the same bytes. These loops read straight
-from the file mappings, convert and check in one pass and release the GIL, so the prefetch thread
-overlaps the training step. Two steps numba cannot express are written as LLVM IR intrinsics: the
+from the file mappings, convert and check in one pass and release the GIL, so the prefetch threads
+overlap the training step. Two steps numba cannot express are written as LLVM IR intrinsics: the
 8x8 int32 tile transpose (vector shuffles) that turns 26 id columns into row-major [b, 26], and the
 16-wide float16 -> float32 conversion (F16C / AVX-512 `vcvtph2ps`; every x86-64 CPU since 2012).
 Each kernel checks its values on the fly (label in {0,1}, numericals finite, ids in
@@ -132,12 +132,14 @@ def _decode_numerical_compiled(src, table_bits, out_bits):
     return lambda src, table_bits, out_bits: decode_single(src, out_bits)
 
 
-# Rows per block of the categorical kernel. Long blocks read each id file in long sequential runs,
-# which the hardware prefetcher follows (the scratch, tables x rows int32, 1.7 MB for 26 tables,
-# then comes from L2/L3): 16,384 rows decoded 1.09-1.22x faster than 2,048 (L2-resident scratch) in
-# same-process A/B runs, 1 and 2 threads, prefetch 0 and 4. The scratch rows are padded so their
-# stride is not a multiple of 4 KiB (eight loads 4 KiB apart would all hit the same L1 cache set).
-CATEGORICAL_BLOCK_ROWS = 16384
+# Rows per block of the categorical kernel. Longer blocks read each id file in longer sequential
+# runs; shorter ones keep the scratch (tables x rows int32: 426 KB for 26 tables at 4,096 rows) in
+# L2 for the transpose. Measured on the loader benchmark, 2 MB L2 per core, same-process A/B:
+# 4,096 rows 1.11-1.16x faster than 16,384 at prefetch 4 (2 threads) and 1.18-1.20x inline; 2,048
+# and 8,192 within 5% of 4,096. (An AMD EPYC VM with a 32 MB L3 preferred 16,384 to 2,048 by
+# 1.09-1.22x; 4,096 was not measured there.) The scratch rows are padded so their stride is not a multiple of
+# 4 KiB (eight loads 4 KiB apart would all hit the same L1 cache set).
+CATEGORICAL_BLOCK_ROWS = 4096
 SCRATCH_PAD = 16
 
 # shufflevector masks of an 8x8 int32 transpose: interleave 32-bit, then 64-bit, then 128-bit units
