@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from dlrm.errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """Bad dataset input. `file`, `feature` and `row` say where (None when not applicable)."""
 
     def __init__(self, message: str, file: Optional[str] = None, feature: Optional[str] = None,

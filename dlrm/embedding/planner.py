@@ -38,13 +38,14 @@ from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence
 
 from dlrm.config import ShardingConfig
+from dlrm.errors import UserError
 
 STRATEGIES = ("basic", "memory_balanced")
 OPTIMIZER_SLOTS = {"sgd": 0, "adagrad": 1, "adam": 2}
 GiB = 1024**3
 
 
-class PlanError(ValueError):
+class PlanError(UserError, ValueError):
     """The tables cannot be placed on this cluster (the message names the table and the shortfall)."""
 
 

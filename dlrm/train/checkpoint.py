@@ -29,6 +29,7 @@ import numpy as np
 
 from dlrm.atomic import fsync_dir, write_text_atomically
 from dlrm.embedding.base import TablePiece
+from dlrm.errors import UserError
 
 LATEST = "latest"
 META = "meta.json"
@@ -42,7 +43,7 @@ _CHUNK_ROWS = 1 << 20  # rows copied out of or into a variable at a time (bounds
 PieceSlots = Tuple[TablePiece, Mapping[str, "object"]]
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be used (missing, incomplete, or for a different model)."""
 
 

@@ -22,11 +22,12 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.config import Config, DataConfig, TrainConfig
+from dlrm.errors import UserError
 from dlrm.train import checkpoint
 from dlrm.train.metrics_log import MetricsLog
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(UserError, RuntimeError):
     """Training produced a NaN/inf loss; the run stopped without writing a checkpoint."""
 
 

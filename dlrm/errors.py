@@ -1,0 +1,20 @@
+"""The errors a user can cause, and how the command-line entry points report them.
+
+`UserError` is the base of every error caused by input, configuration or the environment (bad data,
+a bad flag, an unusable checkpoint or path, a model that does not fit): the entry points print its
+message once, without a traceback (`--debug` shows it). Anything else is a bug and keeps its
+traceback.
+"""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """An error the user can fix; its message says what is wrong and where."""
+
+
+class PeerRankFailed(UserError):
+    """This rank stopped because another rank reported an error; that rank prints the message."""
+
+    def __init__(self, failed_rank: int, message: str = ""):
+        self.failed_rank = failed_rank
+        super().__init__(message or f"stopped because rank {failed_rank} failed (its message is above)")
