@@ -18,3 +18,15 @@ class PeerRankFailed(UserError):
     def __init__(self, failed_rank: int, message: str = ""):
         self.failed_rank = failed_rank
         super().__init__(message or f"stopped because rank {failed_rank} failed (its message is above)")
+
+
+class Interrupted(UserError):
+    """The run stopped on a signal (SIGTERM, SIGUSR1, SIGINT) after writing what it had to.
+
+    The process exits with `exit_code` (128 + the signal number, as a shell reports a signal).
+    """
+
+    def __init__(self, signal_number: int, message: str):
+        self.signal_number = signal_number
+        self.exit_code = 128 + signal_number
+        super().__init__(message)
