@@ -193,3 +193,27 @@ def distributed_tape(tape, model_parallel_variables: Sequence = ()):
     for var in model_parallel_variables:
         wrapped.register_local_source(var)
     return wrapped
+
+
+# What a collective raises when a peer rank died or stalled: Horovod's shutdown after the stall timeout or
+# a failed peer, and the Gloo transport errors seen inside compiled steps (timeout, closed connection).
+PEER_FAILURE_MARKERS = ("Horovod has been shut down", "gloo/transport/", "Timed out waiting",
+                        "Connection reset by peer", "Connection closed by peer")
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    """True if `error` is Horovod reporting that another rank died or stalled (not a bug here)."""
+    if _hvd is None:
+        return False
+    from horovod.common.exceptions import HorovodInternalError
+
+    text = str(error)
+    return isinstance(error, HorovodInternalError) or any(marker in text for marker in PEER_FAILURE_MARKERS)
+
+
+def allgather_object(obj) -> list:
+    """A small JSON-like Python object from every rank, in rank order (the same list on every rank)."""
+    hvd = _require()
+    if hvd.size() == 1:
+        return [obj]
+    return hvd.allgather_object(obj, name="dlrm_allgather_object")

@@ -9,11 +9,27 @@ from __future__ import annotations
 
 
 class UserError(Exception):
-    """An error the user can fix; its message says what is wrong and where."""
+    """An error the user can fix; its message says what is wrong and where.
+
+    `on_every_rank`: True when every rank raises the same error from the same input (flags, config,
+    feature spec, plan, checkpoint compatibility): rank 0 alone reports it. False when one rank saw
+    it (a bad row in its share of the data): that rank reports it, naming itself.
+    """
+
+    on_every_rank = False
+
+
+class UsageError(UserError):
+    """A bad command line (argparse's message with the usage line); exit status 2 as argparse's."""
+
+    on_every_rank = True
+    exit_code = 2
 
 
 class PeerRankFailed(UserError):
     """This rank stopped because another rank reported an error; that rank prints the message."""
+
+    on_every_rank = True  # one short line from rank 0 at most; the failed rank says what happened
 
     def __init__(self, failed_rank: int, message: str = ""):
         self.failed_rank = failed_rank

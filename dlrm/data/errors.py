@@ -35,6 +35,8 @@ class SpecError(DataError):
     `problems` lists every problem found (validation reports all of them at once).
     """
 
+    on_every_rank = True  # every rank loads the same spec: rank 0 reports
+
     def __init__(self, problems: list[str], path: Optional[str] = None):
         self.problems = list(problems)
         body = "\n  - ".join(self.problems)

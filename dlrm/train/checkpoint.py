@@ -46,6 +46,8 @@ PieceSlots = Tuple[TablePiece, Mapping[str, "object"]]
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be used (missing, incomplete, or for a different model)."""
 
+    on_every_rank = True  # every rank reads the same checkpoint: rank 0 reports
+
 
 @dataclass(frozen=True)
 class Collectives:

@@ -1,0 +1,127 @@
+"""Types for command-line flags, shared by every entry point, and a parser that reports once.
+
+Each type turns the text a user typed into a value or refuses it with a message that says what is
+expected (argparse prefixes the flag name). One table of types instead of checks spread over the
+CLIs: a count is `positive_int` or `count`, a rate is `positive_number`, a seed is `seed`, and so on.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dlrm.errors import UsageError
+
+SEED_LIMIT = 2**32  # numpy and TensorFlow accept seeds in [0, 2**32)
+
+
+def _int(text: str, expected: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+
+
+def _number(text: str, expected: str) -> float:
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r} (not a finite number)")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (sizes, counts of steps or rows that cannot be empty)."""
+    value = _int(text, "a positive integer")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """An integer >= 0 (optional counts: warmup steps, prefetched batches, optimizer slots)."""
+    value = _int(text, "an integer >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A random seed: an integer in [0, 2**32)."""
+    value = _int(text, f"a seed, an integer from 0 to {SEED_LIMIT - 1}")
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected a seed, an integer from 0 to {SEED_LIMIT - 1}, got {text!r}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """A finite number > 0 (learning rate, epochs, decay power, timeouts)."""
+    value = _number(text, "a positive number")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def non_negative_number(text: str) -> float:
+    """A finite number >= 0 (a final learning rate of 0 is allowed)."""
+    value = _number(text, "a number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+_INT_LIST = re.compile(r"\s*\d+(\s*[-,]\s*\d+)*\s*")
+
+
+def _int_list(text: str, separators: str, example: str) -> tuple[int, ...]:
+    pattern = _INT_LIST if "-" in separators else re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
+    if not pattern.fullmatch(str(text)):
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by {separators!r} "
+                                         f"(e.g. {example}), got {text!r}")
+    values = tuple(int(part) for part in re.split(r"[-,]", text))
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers (e.g. {example}), got {text!r}")
+    return values
+
+
+def layer_sizes(text: str) -> tuple[int, ...]:
+    """'512-256-128' or '512,256,128' -> (512, 256, 128): every size positive, no empty entry."""
+    return _int_list(text, "- or ,", "512-256-128")
+
+
+def sizes_list(text: str) -> list[int]:
+    """'1000,20,300' -> [1000, 20, 300]: table sizes, each positive."""
+    return list(_int_list(text, ",", "1000,20,300"))
+
+
+def one_character(text: str) -> str:
+    """A single character (a CSV field separator)."""
+    if len(text) != 1:
+        raise argparse.ArgumentTypeError(f"expected one character, got {text!r}")
+    return text
+
+
+def show_default(value) -> str:
+    """A default as a user would type it: (512, 256, 128) -> 512-256-128, None -> none."""
+    if value is None:
+        return "none"
+    if isinstance(value, (tuple, list)):
+        return "-".join(str(v) for v in value)
+    return str(value)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises `UsageError` instead of printing and exiting, so that the shared entry-point
+    handler (`dlrm.cli_errors.run_main`) prints a usage error once (from rank 0) like any other."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.format_usage()}{self.prog}: error: {message}")
+
+
+DEBUG_HELP = "print the traceback of errors caused by input or configuration too (to report a problem)"
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> None:
+    """`--debug` (read by `dlrm.cli_errors.run_main`): show the traceback of a user error too."""
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
