@@ -1,24 +1,28 @@
 """Train / evaluate DLRM or DCNv2: `python main.py --help`. With no flags, the embedded demo.
 
-Thin on purpose: flags become a `Config` in `dlrm.cli`, the work happens in `dlrm.train.trainer.run`.
-Exit status: 0 on success, 1 when training diverged (NaN/inf loss) or a checkpoint is unusable.
+Thin on purpose: flags become a `Config` in `dlrm.cli`, the work happens in `dlrm.train.trainer.run`,
+and errors are reported by `dlrm.cli_errors.run_main` (one message from one rank, no traceback
+unless `--debug`). Exit status: 0 on success, 2 for a bad command line, 128 + N when stopped by
+signal N, 1 for any other error (bad data, a model that does not fit, an unusable checkpoint, a NaN
+loss, a failed peer rank).
 """
 import sys
 
 
-def main(argv=None) -> int:
+def train(argv) -> int:
     from dlrm.cli import parse_config
 
-    config = parse_config(sys.argv[1:] if argv is None else argv)
+    config = parse_config(argv)
     from dlrm.train import trainer
-    from dlrm.train.checkpoint import CheckpointError
 
-    try:
-        trainer.run(config)
-    except (trainer.NonFiniteLossError, CheckpointError) as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        return 1
+    trainer.run(config)
     return 0
+
+
+def main(argv=None) -> int:
+    from dlrm.cli_errors import run_main
+
+    return run_main(train, argv)
 
 
 if __name__ == "__main__":

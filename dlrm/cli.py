@@ -12,44 +12,13 @@ the flags the user actually typed; that is how the demo preset and the reference
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Callable, Optional, Sequence
 
+from dlrm.argtypes import (DEBUG_HELP, ArgumentParser, count, layer_sizes, non_negative_number, positive_int,
+                           positive_number, seed, show_default)
 from dlrm.config import ARCHS, Config
 from dlrm.data.criteo import PRESET_NAMES
-from dlrm.embedding.planner import OPTIMIZER_SLOTS, STRATEGIES, byte_size
-
-
-def _dims(text: str) -> tuple[int, ...]:
-    """'512-256-128' or '512,256,128' -> (512, 256, 128)."""
-    try:
-        dims = tuple(int(part) for part in re.split(r"[-,\s]+", text.strip()) if part)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid layer sizes {text!r}: expected e.g. 512-256-128") from None
-    if not dims or min(dims) <= 0:
-        raise argparse.ArgumentTypeError(f"invalid layer sizes {text!r}: need at least one positive size")
-    return dims
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+from dlrm.embedding.planner import OPTIMIZER_SLOTS, STRATEGIES, byte_size, positive_byte_size
 
 
 # The embedded demo (no --dataset_path): the tiny synthetic preset, a smaller model and batch, and an
@@ -83,7 +52,7 @@ def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
     defaults = Config()
     shown = [getattr(getattr(defaults, section), name) for section, name in targets][0]
     demo = DEMO_PRESET.get(tuple(targets[0]))
-    suffix = f" (default: {shown!r}" + (f"; demo: {demo!r})" if demo is not None else ")")
+    suffix = f" (default: {show_default(shown)}" + (f"; demo: {show_default(demo)})" if demo is not None else ")")
     kwargs = {"dest": dest, "help": help + suffix}
     if action:
         kwargs["action"] = action
@@ -96,7 +65,7 @@ def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="main.py",
         description="Train / evaluate DLRM or DCNv2 on a split-binary Criteo-format dataset. Without "
                     "--dataset_path, a small synthetic dataset is generated and the demo preset is used.",
@@ -110,86 +79,87 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--synthetic_preset", [("data", "synthetic_preset")], "table-size preset of the synthetic dataset",
          choices=PRESET_NAMES)
     _add(data, "--synthetic_train_rows", [("data", "synthetic_train_rows")], "synthetic training rows",
-         type=_positive_int)
+         type=positive_int)
     _add(data, "--synthetic_test_rows", [("data", "synthetic_test_rows")], "synthetic test rows",
-         type=_positive_int)
-    _add(data, "--synthetic_seed", [("data", "synthetic_seed")], "seed of the synthetic generator", type=int)
+         type=positive_int)
+    _add(data, "--synthetic_seed", [("data", "synthetic_seed")], "seed of the synthetic generator", type=seed)
     _add(data, "--train_mapping", [("data", "train_mapping")], "mapping (split) used for training")
     _add(data, "--test_mapping", [("data", "test_mapping")], "mapping (split) used for evaluation")
     _add(data, "--global_batch_size", [("data", "global_batch_size")], "training batch over all ranks",
-         type=_positive_int)
+         type=positive_int)
     _add(data, "--valid_batch_size", [("data", "eval_batch_size")], "evaluation batch over all ranks",
-         type=_positive_int)
+         type=positive_int)
     _add(data, "--partial_batch", [("data", "partial_batch")], "last smaller batch of an epoch",
          choices=["keep", "drop"])
-    _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=_non_negative_int)
-    _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)", type=_positive_int)
+    _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=count)
+    _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)", type=positive_int)
 
     model = parser.add_argument_group("model")
     _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",
          choices=ARCHS)
-    _add(model, "--embedding_dim", [("model", "embedding_dim")], "embedding vector size", type=_positive_int)
+    _add(model, "--embedding_dim", [("model", "embedding_dim")], "embedding vector size", type=positive_int)
     _add(model, "--bottom_mlp_dims", [("model", "bottom_mlp")], "bottom MLP layer sizes, e.g. 512-256-128",
-         type=_dims)
-    _add(model, "--top_mlp_dims", [("model", "top_mlp")], "top MLP layer sizes, last one 1", type=_dims)
-    _add(model, "--dcn_num_layers", [("model", "num_cross_layers")], "DCNv2 cross layers", type=_positive_int)
+         type=layer_sizes)
+    _add(model, "--top_mlp_dims", [("model", "top_mlp")], "top MLP layer sizes, last one 1", type=layer_sizes)
+    _add(model, "--dcn_num_layers", [("model", "num_cross_layers")], "DCNv2 cross layers", type=positive_int)
     _add(model, "--dcn_low_rank_dim", [("model", "cross_projection_dim")], "DCNv2 low-rank projection size",
-         type=_positive_int)
+         type=positive_int)
 
     optim = parser.add_argument_group("optimizer and learning-rate schedule")
     _add(optim, "--optimizer", [("optimizer", "optimizer")], "optimizer (embeddings updated sparsely)",
          choices=list(OPTIMIZER_SLOTS))
-    _add(optim, "--learning_rate", [("optimizer", "learning_rate")], "peak learning rate", type=_positive_float)
-    _add(optim, "--warmup_steps", [("optimizer", "warmup_steps")], "linear warmup steps", type=_non_negative_int)
+    _add(optim, "--learning_rate", [("optimizer", "learning_rate")], "peak learning rate", type=positive_number)
+    _add(optim, "--warmup_steps", [("optimizer", "warmup_steps")], "linear warmup steps", type=count)
     _add(optim, "--decay_start_step", [("optimizer", "decay_start_step")], "first step of the polynomial decay",
-         type=_non_negative_int)
+         type=count)
     _add(optim, "--decay_steps", [("optimizer", "decay_steps")], "length of the decay (then clamped)",
-         type=_non_negative_int)
-    _add(optim, "--decay_power", [("optimizer", "decay_power")], "power of the polynomial decay", type=float)
+         type=count)
+    _add(optim, "--decay_power", [("optimizer", "decay_power")], "power of the polynomial decay", type=positive_number)
     _add(optim, "--end_learning_rate", [("optimizer", "end_learning_rate")], "learning rate after the decay",
-         type=float)
+         type=non_negative_number)
 
     shard = parser.add_argument_group("embedding placement (world size > 1)")
     _add(shard, "--sharding_strategy", [("sharding", "strategy")], "table placement strategy",
          choices=STRATEGIES)
     _add(shard, "--rank_memory", [("sharding", "rank_memory_bytes")], "embedding memory budget per rank, e.g. 80GiB",
-         type=byte_size)
+         type=positive_byte_size)
     _add(shard, "--column_slice_threshold", [("sharding", "column_slice_threshold_bytes")],
-         "tables larger than this are split by columns, e.g. 2GiB", type=byte_size)
+         "tables larger than this are split by columns, e.g. 2GiB", type=positive_byte_size)
     _add(shard, "--replicate_threshold", [("sharding", "replicate_threshold_bytes")],
          "tables up to this size are replicated on every rank, e.g. 1MiB", type=byte_size)
 
     train = parser.add_argument_group("training run")
     _add(train, "--mode", [("train", "mode")], "what to run", choices=["train", "eval", "inference_benchmark"])
-    _add(train, "--max_steps", [("train", "max_steps")], "stop after this many global steps", type=_positive_int)
+    _add(train, "--max_steps", [("train", "max_steps")], "stop after this many global steps", type=positive_int)
     _add(train, "--epochs", [("train", "epochs")], "passes over the training data (fractions allowed)",
-         type=_positive_float)
+         type=positive_number)
     _add(train, "--eval_every", [("train", "eval_every_steps")], "evaluate every N steps (and at the end)",
-         type=_positive_int)
+         type=positive_int)
     _add(train, "--log_every", [("train", "log_every_steps")], "log training metrics every N steps",
-         type=_positive_int)
+         type=positive_int)
     _add(train, "--run_dir", [("train", "run_dir")], "metrics.jsonl, TensorBoard, plot")
     _add(train, "--save_checkpoint_path", [("train", "save_checkpoint_path")],
          "checkpoint root; a run finding a checkpoint here resumes from it")
     _add(train, "--restore_checkpoint_path", [("train", "restore_checkpoint_path")],
          "checkpoint (root or step_* directory) to start from")
     _add(train, "--checkpoint_every", [("train", "checkpoint_every_steps")], "checkpoint every N steps (and at the end)",
-         type=_positive_int)
+         type=positive_int)
     _add(train, "--keep_checkpoints", [("train", "keep_checkpoints")], "complete checkpoints kept",
-         type=_positive_int)
+         type=positive_int)
     _add(train, "--amp", [("train", "amp")], "mixed precision (bfloat16 on CPU, float16 on GPU)",
          action="store_true")
     _add(train, "--xla", [("train", "xla")], "jit-compile the dense part", action="store_true")
     _add(train, "--seed", [("train", "seed"), ("model", "seed")], "seed for initialisation and data order",
-         type=int)
+         type=seed)
     _add(train, "--intra_op_threads", [("train", "intra_op_threads")], "TensorFlow intra-op threads per process",
-         type=_positive_int)
+         type=positive_int)
     _add(train, "--inter_op_threads", [("train", "inter_op_threads")], "TensorFlow inter-op threads per process",
-         type=_positive_int)
+         type=positive_int)
     _add(train, "--benchmark_warmup_steps", [("train", "benchmark_warmup_steps")],
-         "inference_benchmark: untimed batches", type=_non_negative_int)
+         "inference_benchmark: untimed batches", type=count)
     _add(train, "--benchmark_steps", [("train", "benchmark_steps")], "inference_benchmark: timed batches",
-         type=_positive_int)
+         type=positive_int)
+    _add(train, "--debug", [("train", "debug")], DEBUG_HELP, action="store_true")
     return parser
 
 
@@ -204,7 +174,7 @@ def apply_demo_preset(config: Config) -> None:
 
 
 def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
-    for problem in config.model.problems():
+    for problem in config.model.problems() + config.optimizer.problems():
         parser.error(problem)
     if config.train.mode == "eval" and not config.train.restore_checkpoint_path \
             and not config.train.save_checkpoint_path:

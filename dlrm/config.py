@@ -36,6 +36,11 @@ class DataConfig:
 ARCHS = ("dlrm", "dcnv2")
 
 
+def _sizes(dims) -> str:
+    """Layer sizes as a user types them: 512-256-128."""
+    return "-".join(str(d) for d in dims)
+
+
 @dataclass
 class ModelConfig:
     arch: str = "dlrm"  # "dlrm" (dot interaction) or "dcnv2" (low-rank cross layers)
@@ -52,10 +57,10 @@ class ModelConfig:
         if self.arch not in ARCHS:
             found.append(f"model arch must be one of {ARCHS}, got {self.arch!r}")
         if tuple(self.top_mlp)[-1:] != (1,):
-            found.append(f"the top MLP (--top_mlp_dims) must end in 1 unit (a logit), got {tuple(self.top_mlp)}")
+            found.append(f"the top MLP (--top_mlp_dims) must end in 1 unit (a logit), got {_sizes(self.top_mlp)}")
         if self.arch == "dlrm" and tuple(self.bottom_mlp)[-1:] != (self.embedding_dim,):
             found.append(f"the DLRM dot interaction needs the bottom MLP (--bottom_mlp_dims) to end in the "
-                         f"embedding dim ({self.embedding_dim}), got {tuple(self.bottom_mlp)}")
+                         f"embedding dim ({self.embedding_dim}), got {_sizes(self.bottom_mlp)}")
         return found
 
 
@@ -68,6 +73,13 @@ class OptimizerConfig:
     decay_steps: int = 24000
     decay_power: float = 2.0
     end_learning_rate: float = 0.0  # the decay is clamped here past its end
+
+    def problems(self) -> list[str]:
+        """Why this schedule cannot run (empty if it can): checked by the CLI before anything starts."""
+        if self.decay_steps > 0 and self.decay_start_step < self.warmup_steps:
+            return [f"--decay_start_step ({self.decay_start_step}) must not come before the end of the warmup "
+                    f"(--warmup_steps {self.warmup_steps}); set --decay_steps 0 to disable the decay"]
+        return []
 
 
 @dataclass
@@ -100,6 +112,7 @@ class TrainConfig:
     inter_op_threads: int = 1
     benchmark_warmup_steps: int = 5  # inference_benchmark: untimed batches, then timed ones
     benchmark_steps: int = 50
+    debug: bool = False  # tracebacks for errors caused by input or configuration too
 
 
 @dataclass

@@ -1,9 +1,20 @@
-"""Flags -> Config: reference defaults with a dataset, the demo preset without, explicit flags win."""
+"""Flags -> Config: reference defaults with a dataset, the demo preset without, explicit flags win.
+
+Bad flags of every entry point: refused with a message naming the flag, exit status 2, no traceback.
+"""
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from dlrm.cli import DEMO_PRESET, build_parser, parse_config
 from dlrm.embedding.planner import parse_bytes
 from dlrm.config import Config
+from dlrm.errors import UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_defaults_with_a_dataset_are_the_reference_config():
@@ -57,7 +68,7 @@ def test_every_flag_maps_to_its_field():
         "--log_every", "3", "--run_dir", "/r", "--save_checkpoint_path", "/c", "--restore_checkpoint_path", "/c0",
         "--checkpoint_every", "13", "--keep_checkpoints", "5", "--amp", "--xla", "--seed", "42",
         "--intra_op_threads", "2", "--inter_op_threads", "1", "--benchmark_warmup_steps", "1",
-        "--benchmark_steps", "9",
+        "--benchmark_steps", "9", "--debug",
     ]
     c = parse_config(argv)
     assert (c.data.dataset_dir, c.data.synthetic_dir, c.data.synthetic_preset) == ("/d", "/s", "t15")
@@ -80,7 +91,7 @@ def test_every_flag_maps_to_its_field():
     assert (t.save_checkpoint_path, t.restore_checkpoint_path, t.checkpoint_every_steps, t.keep_checkpoints) == \
         ("/c", "/c0", 13, 5)
     assert (t.amp, t.xla, t.seed, t.intra_op_threads, t.inter_op_threads) == (True, True, 42, 2, 1)
-    assert (t.benchmark_warmup_steps, t.benchmark_steps) == (1, 9)
+    assert (t.benchmark_warmup_steps, t.benchmark_steps, t.debug) == (1, 9, True)
 
 
 def test_every_parser_flag_is_exercised_above():
@@ -98,10 +109,110 @@ def test_every_parser_flag_is_exercised_above():
     (["--dataset_path", "/d", "--embedding_dim", "64"], "bottom MLP (--bottom_mlp_dims) to end in the embedding dim"),
     (["--mode", "eval"], "--restore_checkpoint_path"),
 ])
-def test_bad_flags_are_rejected_with_a_clear_message(argv, message, capsys):
-    with pytest.raises(SystemExit):
+def test_bad_flags_are_rejected_with_a_clear_message(argv, message):
+    with pytest.raises(UsageError) as caught:
         parse_config(argv)
-    assert message in capsys.readouterr().err
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--decay_power", "-1"], "argument --decay_power: expected a positive number, got '-1'"),
+    (["--decay_power", "0"], "argument --decay_power: expected a positive number"),
+    (["--learning_rate", "inf"], "argument --learning_rate: expected a positive number, got 'inf' (not a finite"),
+    (["--learning_rate", "nan"], "argument --learning_rate: expected a positive number, got 'nan' (not a finite"),
+    (["--end_learning_rate", "-1"], "argument --end_learning_rate: expected a number >= 0, got '-1'"),
+    (["--seed", "-1"], "argument --seed: expected a seed, an integer from 0 to 4294967295, got '-1'"),
+    (["--synthetic_seed", str(2**32)], "argument --synthetic_seed: expected a seed"),
+    (["--bottom_mlp_dims", "64--16"], "argument --bottom_mlp_dims: expected positive integers separated by"),
+    (["--top_mlp_dims", "64,,1"], "argument --top_mlp_dims: expected positive integers separated by"),
+    (["--epochs", "inf"], "argument --epochs: expected a positive number"),
+    (["--rank_memory", "0"], "argument --rank_memory: expected a memory size above 0"),
+    (["--rank_memory", "1e999"], "argument --rank_memory: invalid size '1e999': not a finite number"),
+    (["--warmup_steps", "-1"], "argument --warmup_steps: expected an integer >= 0, got '-1'"),
+    (["--global_batch_size", "abc"], "argument --global_batch_size: expected a positive integer, got 'abc'"),
+    (["--warmup_steps", "300"], "--decay_start_step (200) must not come before the end of the warmup"),
+])
+def test_values_accepted_silently_before_are_refused_naming_the_flag(argv, message):
+    with pytest.raises(UsageError) as caught:
+        parse_config(argv)
+    assert message in str(caught.value)
+
+
+# The parsers of every entry point; each value below is wrong for every typed flag.
+def _all_parsers():
+    from dlrm.data import synthetic, transcode
+    from dlrm.embedding import planner
+    from dlrm.launch import __main__ as launch
+
+    return {"main.py": build_parser(), "planner": planner.build_parser(), "synthetic": synthetic.build_parser(),
+            "transcode": transcode.build_parser(), "launch": launch.build_parser()}
+
+
+def _typed_flags():
+    for name, parser in _all_parsers().items():
+        for action in parser._actions:
+            if action.option_strings and action.type not in (None, str) and action.choices is None:
+                yield name, parser, action.option_strings[0]
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "nan", "inf", "1e999", ""])
+def test_every_typed_flag_of_every_cli_refuses_bad_values_naming_the_flag(bad):
+    checked = 0
+    for name, parser, flag in _typed_flags():
+        with pytest.raises(UsageError) as caught:
+            parser.parse_args([flag, bad])
+        message = str(caught.value)
+        assert f"argument {flag}: " in message, (name, flag, message)
+        assert "invalid _" not in message and "<function" not in message and " value: " not in message, message
+        checked += 1
+    assert checked >= 40  # every CLI's numeric flags are covered
+
+
+def test_help_shows_list_defaults_as_typed(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 512-256-128; demo: 64-32-16)" in text
+    assert "(default: 1024-1024-512-256-1; demo: 256-128-1)" in text
+    assert "(512, 256, 128)" not in text
+
+
+def _cli(args, timeout=60):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["main.py", "--end_learning_rate", "-1"], "argument --end_learning_rate: expected a number >= 0"),
+    (["main.py", "--seed", "-1"], "argument --seed: expected a seed"),
+    (["main.py", "--decay_power", "-1"], "argument --decay_power: expected a positive number"),
+    (["main.py", "--learning_rate", "inf"], "argument --learning_rate: expected a positive number"),
+    (["main.py", "--bottom_mlp_dims", "64--16"], "argument --bottom_mlp_dims: expected positive integers"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--rank_memory", "0"],
+     "argument --rank_memory: expected a memory size above 0"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "0"],
+     "argument --world_size: expected a positive integer, got '0'"),
+    (["-m", "dlrm.embedding.planner", "--preset", "nosuch", "--world_size", "2"],
+     "argument --preset: invalid choice: 'nosuch'"),
+    (["-m", "dlrm.embedding.planner", "--table_rows", "a,b", "--world_size", "2"],
+     "argument --table_rows: expected positive integers separated by ','"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--optimizer_slots", "-1"],
+     "argument --optimizer_slots: expected an integer >= 0"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--bytes_per_element", "0"],
+     "argument --bytes_per_element: expected a positive integer"),
+    (["-m", "dlrm.data.synthetic", "--out", "unused", "--cardinalities", "10,abc"],
+     "argument --cardinalities: expected positive integers separated by ','"),
+    (["-m", "dlrm.data.synthetic", "--out", "unused", "--seed", "-1"], "argument --seed: expected a seed"),
+    (["-m", "dlrm.data.synthetic", "--out", "unused", "--train_rows", "-5"],
+     "argument --train_rows: expected a positive integer, got '-5'"),
+    (["-m", "dlrm.data.transcode", "--input", "x.yaml", "--output", "o", "--chunk_rows", "0"],
+     "argument --chunk_rows: expected a positive integer"),
+    (["-m", "dlrm.launch", "--collect", "d", "--timeout_min", "-3"], "argument --timeout_min: expected a positive"),
+])
+def test_bad_flags_exit_2_with_one_message_and_no_traceback(args, message):
+    proc = _cli(args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
 def test_parse_bytes_units():

@@ -28,6 +28,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from dlrm import argtypes
+from dlrm.errors import UserError
 from dlrm.metrics import exact_auc, log_loss_from_logits
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities
@@ -289,21 +291,53 @@ def generate_atomically(directory: str, cardinalities: Sequence[int], train_rows
     os.rename(tmp, directory)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dlrm.data.synthetic", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="output dataset directory")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argtypes.ArgumentParser(prog="python -m dlrm.data.synthetic", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True, help="output dataset directory (new or empty, or see --overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the dataset already in --out (only a directory holding a feature_spec.yaml)")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--preset", choices=PRESET_NAMES, default="tiny", help="table-size preset (dlrm/data/criteo.py)")
-    group.add_argument("--cardinalities", help="comma-separated table sizes (id 0 included), instead of a preset")
-    parser.add_argument("--train_rows", type=int, default=1_048_576)
-    parser.add_argument("--test_rows", type=int, default=131_072)
-    parser.add_argument("--seed", type=int, default=12345)
-    parser.add_argument("--num_numerical", type=int, default=13)
-    args = parser.parse_args(argv)
+    group.add_argument("--preset", choices=PRESET_NAMES, default="tiny",
+                       help="table-size preset (dlrm/data/criteo.py; default: tiny)")
+    group.add_argument("--cardinalities", type=argtypes.sizes_list,
+                       help="comma-separated table sizes (id 0 included), instead of a preset, e.g. 1000,20,300")
+    parser.add_argument("--train_rows", type=argtypes.positive_int, default=1_048_576, help="(default: 1048576)")
+    parser.add_argument("--test_rows", type=argtypes.count, default=131_072, help="(default: 131072)")
+    parser.add_argument("--seed", type=argtypes.seed, default=12345, help="(default: 12345)")
+    parser.add_argument("--num_numerical", type=argtypes.count, default=13, help="numerical features (default: 13)")
+    argtypes.add_debug_flag(parser)
+    return parser
+
+
+class OutputExists(UserError):
+    """The generator would write over something already in --out."""
+
+    on_every_rank = True
+
+
+def check_output_dir(out: str, overwrite: bool) -> None:
+    """Refuse to write into a non-empty --out unless it holds a dataset and --overwrite says to replace it."""
+    if not os.path.isdir(out) or not os.listdir(out):
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise OutputExists(f"--out {out} exists and is not a directory")
+        return
+    if not os.path.exists(os.path.join(out, "feature_spec.yaml")):
+        raise OutputExists(f"--out {out} is a non-empty directory that holds no dataset (no feature_spec.yaml): "
+                           f"choose a new or empty directory")
+    if not overwrite:
+        raise OutputExists(f"--out {out} already holds a dataset: pass --overwrite to replace it, "
+                           f"or choose another directory")
+
+
+def generate_from_flags(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    check_output_dir(args.out, args.overwrite)
     if args.cardinalities:
-        cards, preset = [int(c) for c in args.cardinalities.split(",")], None
+        cards, preset = args.cardinalities, None
     else:
         cards, preset = preset_cardinalities(args.preset), args.preset
+    if os.path.isdir(args.out) and args.overwrite:
+        shutil.rmtree(args.out)
     spec = generate_dataset(args.out, cards, args.train_rows, args.test_rows, args.seed, args.num_numerical,
                             preset=preset)
     meta = spec.metadata
@@ -311,6 +345,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       "bayes_logloss": meta["bayes_logloss"], "positive_rate": meta["positive_rate"],
                       "seconds": meta["generator"]["seconds"]}, indent=1))
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from dlrm.cli_errors import run_main
+
+    return run_main(generate_from_flags, argv)
 
 
 if __name__ == "__main__":

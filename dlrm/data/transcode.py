@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from dlrm.argtypes import ArgumentParser, add_debug_flag, one_character, positive_int
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
 from dlrm.data.feature_spec import CSV, FeatureSpec
@@ -146,20 +147,29 @@ def transcode(input_spec_path: str, out_dir: str, chunk_rows: int = DEFAULT_CHUN
     return out_spec.validate()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dlrm.data.transcode", description=__doc__.split("\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="python -m dlrm.data.transcode", description=__doc__.split("\n")[0])
     parser.add_argument("--input", required=True, help="feature spec (yaml) of the CSV dataset")
     parser.add_argument("--output", required=True, help="output directory of the split-binary dataset")
-    parser.add_argument("--delimiter", default=",", help="field separator (use $'\\t' for TSV)")
-    parser.add_argument("--chunk_rows", type=int, default=DEFAULT_CHUNK_ROWS)
-    args = parser.parse_args(argv)
-    try:
-        spec = transcode(args.input, args.output, args.chunk_rows, args.delimiter)
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    parser.add_argument("--delimiter", type=one_character, default=",",
+                        help="field separator, one character (use $'\\t' for TSV; default: ,)")
+    parser.add_argument("--chunk_rows", type=positive_int, default=DEFAULT_CHUNK_ROWS,
+                        help=f"rows read at a time (default: {DEFAULT_CHUNK_ROWS})")
+    add_debug_flag(parser)
+    return parser
+
+
+def transcode_from_flags(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    spec = transcode(args.input, args.output, args.chunk_rows, args.delimiter)
     print(f"wrote {spec.metadata['num_rows']} rows to {os.path.abspath(args.output)}")
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from dlrm.cli_errors import run_main
+
+    return run_main(transcode_from_flags, argv)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from typing import List, Optional
 
 import yaml
 
+from dlrm.errors import UserError
+
 GRID_AXES = ("dataset", "embedding_dim", "world_size", "max_steps")
 DATASET_KEYS = {"name", "path", "frequency_threshold", "synthetic_preset", "synthetic_train_rows",
                 "synthetic_test_rows", "synthetic_seed"}
@@ -35,7 +37,14 @@ SPEC_KEYS = {"name", "trainer_flags", "bottom_mlp_hidden", "grid"}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class SpecError(ValueError):
+class SweepError(UserError):
+    """A sweep that cannot be submitted or collected; exit status 2 (a usage problem)."""
+
+    on_every_rank = True
+    exit_code = 2
+
+
+class SpecError(SweepError, ValueError):
     """A sweep spec that cannot be run; the message names the file and the key."""
 
 

@@ -100,11 +100,13 @@ class TrainingRun(submitit.helpers.Checkpointable):
 def _trainer_config(flags: Sequence[str]) -> dict:
     """The config the trainer will build from these flags (its own parser: errors surface now)."""
     from dlrm.cli import parse_config
+    from dlrm.errors import UsageError
 
     try:
         return parse_config(flags).to_dict()
-    except SystemExit as exit_:
-        raise ValueError(f"trainer flags rejected by main.py's parser: {' '.join(flags)}") from exit_
+    except UsageError as error:
+        message = str(error).strip().splitlines()[-1]
+        raise ValueError(f"trainer flags rejected by main.py's parser: {' '.join(flags)}: {message}") from None
 
 
 def make_executor(options: ExecutorOptions, folder: str, nodes: int, tasks_per_node: int, name: str):
