@@ -1,7 +1,9 @@
 """The placement planner: pure Python, public model sizes, every layout kind, errors, the CLI."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +12,7 @@ import pytest
 
 from dlrm.config import ShardingConfig
 from dlrm.data.criteo import preset_cardinalities
-from dlrm.embedding.planner import (GiB, Plan, PlanError, parse_bytes, plan_embeddings,
+from dlrm.embedding.planner import (GiB, Plan, PlanError, minimum_rank_memory, parse_bytes, plan_embeddings,
                                     slots_for_optimizer)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +160,8 @@ def test_error_names_the_table_and_the_shortfall():
     rows = preset_cardinalities("t0")
     with pytest.raises(PlanError, match=r"table 19 .*292,775,615 rows.*short by"):
         plan_embeddings(rows, 128, 2, ShardingConfig(rank_memory_bytes=80 * GiB))
-    with pytest.raises(PlanError, match=r"table 19 .*short by 25\.2\d GiB per rank"):
+    # t0 is 420.94 GiB: 4 ranks need a quarter of it each, 105.24 GiB, 25.24 GiB over 80 GiB
+    with pytest.raises(PlanError, match=r"table 19 .*at least 105\.24 GiB per rank.*short by 25\.24 GiB per rank"):
         plan_embeddings(rows, 128, 4, ShardingConfig(rank_memory_bytes=80 * GiB))
     # A table-wise piece that no rank has room for (basic strategy, no row slicing needed).
     with pytest.raises(PlanError, match=r"table 2 .*short by"):
@@ -199,4 +202,58 @@ def test_cli_prints_plan_and_spread_and_reports_errors():
     assert json.loads(big.stdout)["world_size"] == 32
     bad = _run(["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "4",
                 "--rank_memory", "80GiB"])
-    assert bad.returncode == 2 and "short by" in bad.stderr and "table 19" in bad.stderr
+    assert bad.returncode == 1 and "short by" in bad.stderr and "table 19" in bad.stderr
+
+
+def _minimum_from_error(rows, dim, world_size, sharding, slots=0):
+    with pytest.raises(PlanError) as caught:
+        plan_embeddings(rows, dim, world_size, sharding, optimizer_slots=slots)
+    return caught.value
+
+
+def replace_budget(sharding, budget):
+    return dataclasses.replace(sharding, rank_memory_bytes=budget)
+
+
+@pytest.mark.parametrize("budget_gib", [16, 17.5, 40])
+def test_reported_minimum_is_where_the_plan_starts_to_succeed(budget_gib):
+    """t0 on 8 ranks: at 16 GiB the planner said 'needs 17.45 GiB' although 17.5 GiB fails too. The
+    reported figure is the smallest budget that works: the plan succeeds there and fails one byte below,
+    and the rounded figure printed in the message (what a user types back) succeeds too."""
+    rows = preset_cardinalities("t0")
+    error = _minimum_from_error(rows, 128, 8, ShardingConfig(rank_memory_bytes=int(budget_gib * GiB)))
+    minimum = error.minimum_rank_memory
+    assert minimum is not None and minimum > budget_gib * GiB
+    plan_embeddings(rows, 128, 8, ShardingConfig(rank_memory_bytes=minimum))
+    with pytest.raises(PlanError):
+        plan_embeddings(rows, 128, 8, ShardingConfig(rank_memory_bytes=minimum - 1))
+    printed = re.search(r"need at least ([0-9.]+ GiB) per rank", str(error)).group(1)
+    assert parse_bytes(printed.replace(" ", "")) >= minimum
+    plan_embeddings(rows, 128, 8, ShardingConfig(rank_memory_bytes=parse_bytes(printed.replace(" ", ""))))
+    assert printed == "52.62 GiB"  # 420.94 GiB over 8 ranks: the whole model, not table 19 alone
+
+
+@pytest.mark.parametrize("strategy, slots, world_size", [("basic", 0, 3), ("memory_balanced", 2, 3),
+                                                         ("memory_balanced", 1, 1)])
+def test_minimum_holds_for_every_strategy_slot_count_and_one_rank(strategy, slots, world_size):
+    rows = [5000, 40, 600, 900, 3000, 7]
+    sharding = ShardingConfig(strategy=strategy, rank_memory_bytes=10_000,
+                              replicate_threshold_bytes=40 * 8 * 4 * (1 + slots))
+    error = _minimum_from_error(rows, 8, world_size, sharding, slots)
+    minimum = error.minimum_rank_memory
+    assert minimum == minimum_rank_memory(rows, 8, world_size, sharding, slots)
+    ok = plan_embeddings(rows, 8, world_size, replace_budget(sharding, minimum), optimizer_slots=slots)
+    assert max(r.memory_bytes for r in ok.ranks) <= minimum
+    with pytest.raises(PlanError):
+        plan_embeddings(rows, 8, world_size, replace_budget(sharding, minimum - 1), optimizer_slots=slots)
+    if world_size == 1:  # one rank holds everything: the minimum is the whole model
+        assert minimum == sum(rows) * 8 * 4 * (1 + slots)
+
+
+def test_cli_reports_the_true_minimum_without_a_traceback():
+    low = _run(["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--rank_memory", "16GiB"])
+    assert low.returncode == 1 and "Traceback" not in low.stderr
+    assert low.stderr.count("error:") == 1 and "need at least 52.62 GiB per rank" in low.stderr, low.stderr
+    enough = _run(["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8",
+                   "--rank_memory", "52.62GiB"])
+    assert enough.returncode == 0, enough.stderr

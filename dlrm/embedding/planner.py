@@ -34,10 +34,12 @@ import json
 import math
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import List, Optional, Sequence
 
+from dlrm.argtypes import ArgumentParser, add_debug_flag, count, positive_int, sizes_list
 from dlrm.config import ShardingConfig
+from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities  # pure Python
 from dlrm.errors import UserError
 
 STRATEGIES = ("basic", "memory_balanced")
@@ -46,7 +48,18 @@ GiB = 1024**3
 
 
 class PlanError(UserError, ValueError):
-    """The tables cannot be placed on this cluster (the message names the table and the shortfall)."""
+    """The tables cannot be placed on this cluster (the message names the table and the shortfall).
+
+    Every rank plans alike, so rank 0 alone reports it. `minimum_rank_memory`: the smallest per-rank
+    budget at which the plan succeeds (None when not known).
+    """
+
+    on_every_rank = True
+
+    def __init__(self, message: str, table: Optional[int] = None):
+        super().__init__(message)
+        self.table = table
+        self.minimum_rank_memory: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,8 @@ def parse_bytes(text: str) -> int:
         raise ValueError(f"invalid size {text!r}: expected a memory size, a number with an optional unit "
                          f"(80GiB, 512MiB, 2TB, 1e9)")
     number, unit = float(match.group(1)), (match.group(2) or "B").upper()
+    if not math.isfinite(number):
+        raise ValueError(f"invalid size {text!r}: not a finite number")
     if unit == "B":
         scale = 1
     else:
@@ -160,11 +175,21 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def format_bytes(n: float) -> str:
+def positive_byte_size(text: str) -> int:
+    """`byte_size` that refuses 0 (a budget or threshold of nothing)."""
+    value = byte_size(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a memory size above 0, got {text!r}")
+    return value
+
+
+def format_bytes(n: float, round_up: bool = False) -> str:
+    """'17.45 GiB'; `round_up`: never below `n` (a minimum a user can type back and be sure to meet)."""
     for unit, scale in (("TiB", 1024**4), ("GiB", GiB), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
+            value = math.ceil(n / scale * 100) / 100 if round_up else n / scale
+            return f"{value:.2f} {unit}"
+    return f"{math.ceil(n) if round_up else int(n)} B"
 
 
 def _even_ranges(total: int, parts: int) -> List[tuple]:
@@ -199,7 +224,7 @@ def _check_row_slicable(table: int, rows: int, dim: int, table_bytes: int, world
         raise PlanError(
             f"table {table} ({rows:,} rows x {dim} cols, {format_bytes(table_bytes)}) does not fit: "
             f"even split over all {world_size} ranks needs {format_bytes(table_bytes / world_size)} "
-            f"per rank, {format_bytes(short)} more than the budget of {format_bytes(budget)}")
+            f"per rank, {format_bytes(short)} more than the budget of {format_bytes(budget)}", table=table)
     return needed
 
 
@@ -217,8 +242,76 @@ def _slice_count(kind: str, table: int, rows: int, dim: int, table_bytes: int, w
 def plan_embeddings(table_rows: Sequence[int], dim: int, world_size: int,
                     sharding: Optional[ShardingConfig] = None, optimizer_slots: int = 0,
                     lookups_per_sample: Optional[Sequence[float]] = None) -> Plan:
-    """Place every table on `world_size` ranks (see the module docstring for the rules)."""
+    """Place every table on `world_size` ranks (see the module docstring for the rules).
+
+    When the tables do not fit the per-rank budget, the PlanError names the table that did not fit
+    and the smallest budget at which this plan succeeds (`minimum_rank_memory`).
+    """
     cfg = sharding or ShardingConfig()
+    try:
+        return _place(table_rows, dim, world_size, cfg, optimizer_slots, lookups_per_sample)
+    except PlanError as error:
+        minimum = minimum_rank_memory(table_rows, dim, world_size, cfg, optimizer_slots, lookups_per_sample)
+        if minimum is None:
+            raise
+        raise _not_enough_memory(error, table_rows, dim, world_size, cfg, optimizer_slots, minimum) from None
+
+
+def _plan_succeeds(table_rows, dim, world_size, cfg: ShardingConfig, optimizer_slots, lookups, budget) -> bool:
+    try:
+        _place(table_rows, dim, world_size, replace(cfg, rank_memory_bytes=budget), optimizer_slots, lookups)
+    except PlanError:
+        return False
+    return True
+
+
+def minimum_rank_memory(table_rows: Sequence[int], dim: int, world_size: int, sharding: ShardingConfig,
+                        optimizer_slots: int = 0, lookups_per_sample: Optional[Sequence[float]] = None
+                        ) -> Optional[int]:
+    """The smallest per-rank budget (bytes) at which the plan succeeds, found by bisection over the
+    planner itself: the plan succeeds with it and fails with one byte less. None if `sharding` has
+    no budget or the plan already fits it.
+
+    A budget of the whole model always fits (no table needs slicing, every rank could hold it all),
+    so bisection between the given budget and that bound ends on a budget that works.
+    """
+    budget = sharding.rank_memory_bytes
+    args = (table_rows, dim, world_size, sharding, optimizer_slots, lookups_per_sample)
+    if budget is None or _plan_succeeds(*args, budget):
+        return None
+    high = sum(int(rows) for rows in table_rows) * dim * sharding.bytes_per_element * (1 + optimizer_slots)
+    if not _plan_succeeds(*args, high):
+        return None
+    low = budget  # fails
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _plan_succeeds(*args, middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _not_enough_memory(error: PlanError, table_rows, dim, world_size, cfg: ShardingConfig, optimizer_slots,
+                       minimum: int) -> PlanError:
+    budget = cfg.rank_memory_bytes
+    table = error.table
+    where = ""
+    if table is not None:
+        table_bytes = int(table_rows[table]) * dim * cfg.bytes_per_element * (1 + optimizer_slots)
+        where = (f"table {table} ({int(table_rows[table]):,} rows x {dim} cols, {format_bytes(table_bytes)} "
+                 f"with {optimizer_slots} optimizer slot(s)) does not fit: ")
+    message = (f"{where}the embedding tables need at least {format_bytes(minimum, round_up=True)} per rank on "
+               f"{world_size} rank(s), short by {format_bytes(minimum - budget, round_up=True)} per rank over "
+               f"the budget of {format_bytes(budget)} (--rank_memory): raise --rank_memory if the ranks have "
+               f"the memory, or use more ranks, a smaller --embedding_dim or an optimizer with fewer slots")
+    found = PlanError(message, table=table)
+    found.minimum_rank_memory = minimum
+    return found
+
+
+def _place(table_rows: Sequence[int], dim: int, world_size: int, cfg: ShardingConfig, optimizer_slots: int,
+           lookups_per_sample: Optional[Sequence[float]]) -> Plan:
     if cfg.strategy not in STRATEGIES:
         raise ValueError(f"unknown sharding strategy {cfg.strategy!r}; choose one of {STRATEGIES}")
     if world_size < 1 or dim < 1:
@@ -283,7 +376,7 @@ def plan_embeddings(table_rows: Sequence[int], dim: int, world_size: int,
             f"table {t} ({rows_list[t]:,} rows x {dim} cols): a piece of {format_bytes(size)} fits on "
             f"no rank; the emptiest eligible rank has {format_bytes(free)} free of "
             f"{format_bytes(budget)}, short by {format_bytes(size - free)} (the whole model needs "
-            f"{format_bytes(sum(table_bytes))}, the cluster has {format_bytes(budget * world_size)})")
+            f"{format_bytes(sum(table_bytes))}, the cluster has {format_bytes(budget * world_size)})", table=t)
 
     if cfg.strategy == "memory_balanced":
         # Largest first; stable sort keeps table order among equal sizes (deterministic plans).
@@ -339,7 +432,7 @@ def _fill_row_slices(fluid: Sequence[int], rows_list, dim, element_bytes, ranks,
         raise PlanError(
             f"table {t} ({rows_list[t]:,} rows x {dim} cols) and the other row-sliced tables do not fit: "
             f"spreading them evenly needs {format_bytes(level)} on the fullest ranks, short by "
-            f"{format_bytes(level - budget)} per rank over the budget of {format_bytes(budget)}")
+            f"{format_bytes(level - budget)} per rank over the budget of {format_bytes(budget)}", table=t)
     for t in sorted(fluid, key=lambda i: -rows_list[i]):
         row, rows = 0, rows_list[t]
         by_room = sorted(ranks, key=lambda load: (load.memory_bytes - level, load.rank))
@@ -357,7 +450,7 @@ def _fill_row_slices(fluid: Sequence[int], rows_list, dim, element_bytes, ranks,
             if load.memory_bytes + take * row_bytes > budget:
                 raise PlanError(
                     f"table {t} ({rows:,} rows x {dim} cols): rows [{row:,}:{rows:,}) fit on no rank, "
-                    f"short by {format_bytes(load.memory_bytes + take * row_bytes - budget)}")
+                    f"short by {format_bytes(load.memory_bytes + take * row_bytes - budget)}", table=t)
             assign((t, (row, row + take), (0, dim)), load)
             row += take
             if row == rows:
@@ -400,49 +493,52 @@ def describe_plan(plan: Plan, preset: Optional[str] = None) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dlrm.embedding.planner",
-                                     description="Print where every embedding table would live.")
+    parser = ArgumentParser(prog="python -m dlrm.embedding.planner",
+                            description="Print where every embedding table would live.")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--preset", help="Criteo preset: tiny, t15, t3, t0")
-    source.add_argument("--table_rows", help="comma-separated table sizes")
-    parser.add_argument("--world_size", type=int, required=True)
-    parser.add_argument("--embedding_dim", type=int, default=128)
-    parser.add_argument("--rank_memory", type=byte_size, default=None,
+    source.add_argument("--preset", choices=PRESET_NAMES, help="Criteo preset")
+    source.add_argument("--table_rows", type=sizes_list, help="comma-separated table sizes, e.g. 1000,20,300")
+    parser.add_argument("--world_size", type=positive_int, required=True)
+    parser.add_argument("--embedding_dim", type=positive_int, default=128, help="(default: 128)")
+    parser.add_argument("--rank_memory", type=positive_byte_size, default=None,
                         help="per-rank budget, e.g. 80GiB (default: none)")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="memory_balanced")
-    parser.add_argument("--column_slice_threshold", type=byte_size, default=None, help="e.g. 4GiB (default: off)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="memory_balanced",
+                        help="(default: memory_balanced)")
+    parser.add_argument("--column_slice_threshold", type=positive_byte_size, default=None,
+                        help="e.g. 4GiB (default: off)")
     parser.add_argument("--replicate_threshold", type=byte_size, default=0, help="e.g. 1MiB (default: 0 = off)")
-    parser.add_argument("--bytes_per_element", type=int, default=4)
-    parser.add_argument("--optimizer_slots", type=int, default=0,
-                        help="optimizer state copies per weight: SGD 0, Adagrad 1, Adam 2")
+    parser.add_argument("--bytes_per_element", type=positive_int, default=4, help="(default: 4)")
+    parser.add_argument("--optimizer_slots", type=count, default=0,
+                        help="optimizer state copies per weight: SGD 0, Adagrad 1, Adam 2 (default: 0)")
     parser.add_argument("--no_reserve_zero", action="store_true",
                         help="preset sizes without the extra id-0 row per table")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_debug_flag(parser)
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def print_plan(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.preset:
-        from dlrm.data.criteo import preset_cardinalities  # pure Python
-
         rows = preset_cardinalities(args.preset, reserve_zero=not args.no_reserve_zero)
     else:
-        rows = [int(x) for x in args.table_rows.split(",") if x.strip()]
+        rows = args.table_rows
     sharding = ShardingConfig(
         strategy=args.strategy,
         rank_memory_bytes=args.rank_memory,
         column_slice_threshold_bytes=args.column_slice_threshold,
         replicate_threshold_bytes=args.replicate_threshold,
         bytes_per_element=args.bytes_per_element)
-    try:
-        plan = plan_embeddings(rows, args.embedding_dim, args.world_size, sharding,
-                               optimizer_slots=args.optimizer_slots)
-    except PlanError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    plan = plan_embeddings(rows, args.embedding_dim, args.world_size, sharding,
+                           optimizer_slots=args.optimizer_slots)
     print(plan.to_json() if args.json else describe_plan(plan, args.preset))
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from dlrm.cli_errors import run_main
+
+    return run_main(print_plan, argv)
 
 
 if __name__ == "__main__":
