@@ -1,5 +1,11 @@
 """Every bad-input case stops with an error naming the file, the feature and (where it applies) the row."""
 import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -8,6 +14,7 @@ from dlrm.data.binary import BatchReader, SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
 from dlrm.data.feature_spec import FeatureSpec
 from test_binary_io import CARDS, decode_kernels, make_dataset, random_rows  # noqa: F401 (fixture)
+from tests.multirank import ROOT, finish, rank_env, run_ranks, run_single, start_ranks
 
 
 @pytest.fixture
@@ -191,3 +198,148 @@ def test_writer_rejects_bad_label_and_shapes(writer):
     with pytest.raises(DataError, match="integers"):
         writer.write(label, numerical, categorical.astype(np.float64))
     assert writer.rows_written == 20  # nothing of a rejected chunk was written
+
+
+# ----------------------------------------------------------------------------- reported by the entry points
+RANK_LINE = re.compile(r"^\[(\d+)\]<std(?:err|out)>:(.*)$")
+
+
+def rank_lines(output: str) -> list:
+    """(rank, text) of every line a rank printed under horovodrun (the launcher's own lines excluded:
+    horovodrun itself ends with a traceback of its own whenever a rank exits non-zero)."""
+    return [(int(m.group(1)), m.group(2)) for m in map(RANK_LINE.match, output.splitlines()) if m]
+
+
+def tiny_run_flags(dataset, run_dir) -> list:
+    return ["main.py", "--dataset_path", str(dataset), "--embedding_dim", "4", "--bottom_mlp_dims", "8-4",
+            "--top_mlp_dims", "8-1", "--global_batch_size", "16", "--valid_batch_size", "32", "--epochs", "1",
+            "--learning_rate", "0.05", "--warmup_steps", "0", "--decay_steps", "0", "--intra_op_threads", "1",
+            "--run_dir", str(run_dir)]
+
+
+@pytest.fixture
+def bad_id_dataset(tmp_path):
+    """A tiny dataset whose train row 40 holds id 20 in a table of 20 rows (cat_1)."""
+    cards = [50, 20, 30]
+    root = tmp_path / "data"
+    spec, _ = make_dataset(root, [64, 32], cards, mappings=("train", "test"))
+    poke(root / "train" / "cat_1.bin", spec.dtype("cat_1"), 40, 20)
+    return root
+
+
+def assert_one_clean_message(output: str, *parts: str) -> str:
+    errors = [line for line in output.splitlines() if all(part in line for part in parts)]
+    assert len(errors) == 1, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    return errors[0]
+
+
+def test_data_error_from_main_py_is_one_message_without_traceback(bad_id_dataset, tmp_path):
+    run = run_single(tiny_run_flags(bad_id_dataset, tmp_path / "run"), timeout=180)
+    assert run.returncode == 1, run.stderr[-3000:]
+    line = assert_one_clean_message(run.stderr, "cat_1.bin", "row 40")
+    assert line.startswith("error: file ") and "rank" not in line  # one process: no rank named
+
+
+def test_data_error_seen_by_one_of_two_ranks_is_printed_once_naming_the_rank(bad_id_dataset, tmp_path):
+    """Before: 116 lines and 3 tracebacks. Now the rank that read the bad row says so once, naming itself;
+    its peer adds at most one short line."""
+    run = run_ranks(2, tiny_run_flags(bad_id_dataset, tmp_path / "run"), timeout=180)
+    assert run.returncode != 0 and not run.timed_out
+    lines = rank_lines(run.stdout + "\n" + run.stderr)
+    assert not [text for _, text in lines if "Traceback" in text], run.stderr[-4000:]
+    errors = [(rank, text) for rank, text in lines if "error:" in text]
+    reported = [(rank, text) for rank, text in errors if "cat_1.bin" in text and "row 40" in text]
+    assert len(reported) == 1, errors
+    rank, text = reported[0]
+    assert f"error: rank {rank}: file " in text
+    assert len(errors) <= 2, errors  # the message, and maybe the peer's one line
+
+
+def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
+    """Rank 1 of a 2-rank main.py run is stopped (SIGSTOP) once training is under way: rank 0 waits in its
+    next collective until Horovod gives up on the peer (Gloo timeout, 10 s here), then says so in one line."""
+    from dlrm.train import checkpoint
+    from tests.test_rank_failure import _rank_pids, _wait_for
+
+    root = tmp_path / "data"
+    make_dataset(root, [4096, 32], [50, 20, 30], mappings=("train", "test"))
+    save = tmp_path / "ckpt"
+    flags = tiny_run_flags(root, tmp_path / "run") + ["--epochs", "50", "--save_checkpoint_path", str(save),
+                                                      "--checkpoint_every", "2"]
+    started = time.monotonic()
+    proc = start_ranks(2, flags, env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}, result_dir=str(tmp_path))
+    try:
+        assert _wait_for(lambda: checkpoint.find_checkpoint(str(save)) is not None or proc.poll() is not None,
+                         timeout=150), "no checkpoint within 150 s"
+        assert proc.poll() is None, "training ended before the stall"
+        pids = _rank_pids(proc.pid)
+        os.kill(pids[1], signal.SIGSTOP)
+    finally:
+        run = finish(proc, timeout=120 + (time.monotonic() - started), started=started, result_dir=str(tmp_path))
+    assert run.returncode != 0 and not run.timed_out
+    lines = rank_lines(run.stdout + "\n" + run.stderr)
+    assert not [text for _, text in lines if "Traceback" in text], run.stderr[-4000:]
+    errors = [text for rank, text in lines if "error:" in text]
+    assert errors == ["error: rank 0: stopped because another rank failed or stalled (Horovod shut down); "
+                      "the first error above says why"], run.stderr[-4000:]
+
+
+# ----------------------------------------------------------------------------- memory before allocation
+@pytest.fixture
+def wide_table_dataset(tmp_path):
+    """A few rows, but one table of 2**22 rows: 64 MiB of float32 weights at dim 4 (SGD)."""
+    root = tmp_path / "wide"
+    make_dataset(root, [32, 16], [2**22, 10], mappings=("train", "test"))
+    return root
+
+
+def test_tables_over_rank_memory_are_refused_before_allocation_on_one_process(wide_table_dataset, tmp_path):
+    """--rank_memory was ignored with one process: the run went on (and with a t15-sized model died in
+    numpy's allocator). Now the plan is checked at any world size and names the smallest budget."""
+    run = run_single(tiny_run_flags(wide_table_dataset, tmp_path / "run") + ["--rank_memory", "32MiB"],
+                     timeout=180)
+    assert run.returncode == 1, run.stderr[-3000:]
+    line = assert_one_clean_message(run.stderr, "error:")
+    assert "table 0 (4,194,304 rows x 4 cols" in line and "need at least 64.01 MiB per rank" in line, line
+    assert "--rank_memory" in line
+
+
+def test_tables_over_the_address_space_limit_are_refused_before_allocation(tmp_path):
+    """A real limit (ulimit -v 6 GiB) and tables of 8 GiB (2**26 rows x 32 cols): refused with the
+    sizes before anything is allocated, whatever the machine's RAM (the limit is the smaller)."""
+    root = tmp_path / "huge"
+    make_dataset(root, [32, 16], [2**26, 10], mappings=("train", "test"))
+    flags = tiny_run_flags(root, tmp_path / "run") + ["--embedding_dim", "32", "--bottom_mlp_dims", "8-32"]
+    limit = 6 * 2**30
+    proc = subprocess.run(
+        [sys.executable, *flags], cwd=ROOT, env=rank_env(), capture_output=True, text=True, timeout=180,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = assert_one_clean_message(proc.stderr, "error:")
+    assert "the embedding tables need 8.00 GiB" in line and "address-space limit (ulimit -v)" in line, line
+
+
+# ----------------------------------------------------------------------------- generator output
+def test_generator_refuses_to_overwrite_a_dataset_without_overwrite(tmp_path):
+    out = tmp_path / "gen"
+    args = [sys.executable, "-m", "dlrm.data.synthetic", "--out", str(out), "--cardinalities", "10,20",
+            "--train_rows", "100", "--test_rows", "10"]
+    first = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    before = (out / "feature_spec.yaml").read_bytes()
+    again = subprocess.run(args + ["--seed", "7"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert again.stderr.strip() == f"error: --out {out} already holds a dataset: pass --overwrite to replace it, " \
+                                   f"or choose another directory"
+    assert (out / "feature_spec.yaml").read_bytes() == before
+    replaced = subprocess.run(args + ["--seed", "7", "--overwrite"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+    assert replaced.returncode == 0, replaced.stderr
+    assert (out / "feature_spec.yaml").read_bytes() != before
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    foreign = subprocess.run(args[:4] + [str(tmp_path / "other"), "--overwrite"] + args[5:], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert foreign.returncode == 1 and "holds no dataset" in foreign.stderr
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"

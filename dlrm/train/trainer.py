@@ -30,6 +30,8 @@ from dlrm.train.metrics_log import MetricsLog
 class NonFiniteLossError(UserError, RuntimeError):
     """Training produced a NaN/inf loss; the run stopped without writing a checkpoint."""
 
+    on_every_rank = True  # the loss and the finiteness check are agreed over all ranks
+
 
 @dataclass
 class RunResult:
@@ -88,17 +90,23 @@ def prepare_dataset(data_cfg: DataConfig, log: MetricsLog) -> str:
 
 
 def build_embeddings(config: Config, table_sizes: Sequence[int]):
-    """LocalEmbedding for one process; the planner's hybrid-parallel placement for several."""
+    """LocalEmbedding for one process; the planner's hybrid-parallel placement for several.
+
+    The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
+    before anything is allocated."""
+    from dlrm.embedding.memory_check import check_plan_fits_machine
+    from dlrm.embedding.planner import plan_embeddings, slots_for_optimizer
+
     world_size = dist.size()
+    plan = plan_embeddings(table_sizes, config.model.embedding_dim, world_size, config.sharding,
+                           optimizer_slots=slots_for_optimizer(config.optimizer.optimizer))
+    check_plan_fits_machine(plan)
     if world_size == 1:
         from dlrm.embedding.local import LocalEmbedding
 
         return LocalEmbedding(table_sizes, config.model.embedding_dim, seed=config.model.seed)
     from dlrm.embedding.distributed import DistributedEmbedding
-    from dlrm.embedding.planner import plan_embeddings, slots_for_optimizer
 
-    plan = plan_embeddings(table_sizes, config.model.embedding_dim, world_size, config.sharding,
-                           optimizer_slots=slots_for_optimizer(config.optimizer.optimizer))
     return DistributedEmbedding(plan, seed=config.model.seed)
 
 
