@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from dlrm import argtypes
 from dlrm.data.errors import DataError
 from preproc_spark3.config import (RAPIDS_JAR_ENV, PreprocConfig, PreprocessError, SparkSettings, parse_days,
                                    parse_thresholds)
@@ -29,19 +30,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="T, or T with per-feature overrides like '15,C3:3,C20:0'; values seen < T times -> id 0")
     p.add_argument("--train_days", type=parse_days, default=_PREPROC_DEFAULTS.train_days,
                    help="training days, e.g. '0-22' (the N of day_N)")
-    p.add_argument("--eval_day", type=int, default=_PREPROC_DEFAULTS.eval_day,
+    p.add_argument("--eval_day", type=argtypes.count, default=_PREPROC_DEFAULTS.eval_day,
                    help="day split by line count into test (first half) and validation (second half)")
     p.add_argument("--dictionary_from_all_days", action="store_true",
                    help="NVIDIA compatibility: count the vocabulary over the evaluation day too (leaks it)")
-    p.add_argument("--log_offset", type=float, default=_PREPROC_DEFAULTS.log_offset,
+    p.add_argument("--log_offset", type=argtypes.positive_number, default=_PREPROC_DEFAULTS.log_offset,
                    help="numericals -> log(x + offset); NVIDIA TF2 uses 3")
     p.add_argument("--no_shuffle", action="store_true", help="keep the training rows in input (day, line) order")
-    p.add_argument("--seed", type=int, default=_PREPROC_DEFAULTS.seed, help="seed of the global training shuffle")
-    p.add_argument("--max_malformed_fraction", type=float, default=_PREPROC_DEFAULTS.max_malformed_fraction,
+    p.add_argument("--seed", type=argtypes.seed, default=_PREPROC_DEFAULTS.seed, help="seed of the global training shuffle")
+    p.add_argument("--max_malformed_fraction", type=argtypes.non_negative_number, default=_PREPROC_DEFAULTS.max_malformed_fraction,
                    help="fail if more than this fraction of all lines is malformed")
-    p.add_argument("--broadcast_max_rows", type=int, default=_PREPROC_DEFAULTS.broadcast_max_rows,
+    p.add_argument("--broadcast_max_rows", type=argtypes.count, default=_PREPROC_DEFAULTS.broadcast_max_rows,
                    help="dictionaries up to this many values are broadcast to the joins")
-    p.add_argument("--conversion_batch_rows", type=int, default=_PREPROC_DEFAULTS.conversion_batch_rows,
+    p.add_argument("--conversion_batch_rows", type=argtypes.positive_int, default=_PREPROC_DEFAULTS.conversion_batch_rows,
                    help="rows per chunk of the parquet -> binary conversion (bounds its memory)")
     p.add_argument("--keep_work", action="store_true", help="keep the parsed-input parquet in <out_dir>/_work")
 
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in local mode the driver runs every task: give it most of the memory")
     s.add_argument("--executor_memory", default=_env("PREPROC_EXECUTOR_MEMORY", _SPARK_DEFAULTS.executor_memory))
     # A string default: argparse converts it like a typed value, so a bad env value is a usage error.
-    s.add_argument("--shuffle_partitions", type=int,
+    s.add_argument("--shuffle_partitions", type=argtypes.positive_int,
                    default=_env("PREPROC_SHUFFLE_PARTITIONS", str(_SPARK_DEFAULTS.shuffle_partitions)),
                    help="Spark SQL shuffle partitions (env PREPROC_SHUFFLE_PARTITIONS)")
     s.add_argument("--local_dir", default=_env("PREPROC_LOCAL_DIR", _SPARK_DEFAULTS.local_dir),

@@ -207,6 +207,8 @@ def _cli(args, timeout=60):
     (["-m", "dlrm.data.transcode", "--input", "x.yaml", "--output", "o", "--chunk_rows", "0"],
      "argument --chunk_rows: expected a positive integer"),
     (["-m", "dlrm.launch", "--collect", "d", "--timeout_min", "-3"], "argument --timeout_min: expected a positive"),
+    (["-m", "preproc_spark3", "raw", "out", "--log_offset", "nan"], "argument --log_offset: expected a positive"),
+    (["-m", "preproc_spark3", "raw", "out", "--eval_day", "-1"], "argument --eval_day: expected an integer >= 0"),
 ])
 def test_bad_flags_exit_2_with_one_message_and_no_traceback(args, message):
     proc = _cli(args)
@@ -229,3 +231,26 @@ def test_parsing_happens_only_when_asked(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["main.py", "--definitely-not-a-flag"])
     cli = importlib.reload(importlib.import_module("dlrm.cli"))  # importing must not read sys.argv
     assert cli.parse_config(["--global_batch_size", "7"]).data.global_batch_size == 7  # only explicit argv
+
+
+def test_debug_adds_the_traceback_of_a_user_error():
+    args = ["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--rank_memory", "16GiB"]
+    plain, debug = _cli(args), _cli(args + ["--debug"])
+    assert plain.returncode == debug.returncode == 1
+    assert "Traceback" not in plain.stderr and len(plain.stderr.splitlines()) == 1, plain.stderr
+    assert "Traceback" in debug.stderr and "PlanError" in debug.stderr
+    assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
+
+
+def test_an_error_every_rank_raises_is_printed_once_by_rank_0():
+    """Two ranks parse the same bad flags: one message (rank 0's), not one per rank, and no traceback."""
+    from tests.multirank import run_ranks
+    from tests.test_bad_input import rank_lines
+
+    run = run_ranks(2, ["main.py", "--learning_rate", "nan"], timeout=120)
+    assert run.returncode != 0 and not run.timed_out
+    lines = rank_lines(run.stdout + "\n" + run.stderr)
+    errors = [(rank, text) for rank, text in lines if "error:" in text]
+    assert errors == [(0, "main.py: error: argument --learning_rate: expected a positive number, got 'nan' "
+                          "(not a finite number)")], run.stderr[-3000:]
+    assert not [text for _, text in lines if "Traceback" in text]
