@@ -56,6 +56,13 @@ def train_flags(dataset: str, optimizer: str, run_dir: str, save: str, global_ba
             "--replicate_threshold", str(6 * row_bytes)]
 
 
+def without_rank_memory(flags: list) -> list:
+    """The flags for one process: --rank_memory is a per-rank budget, and one process must hold every
+    table, which this budget (sized for several ranks) refuses before allocating."""
+    at = flags.index("--rank_memory")
+    return flags[:at] + flags[at + 2:]
+
+
 def restore_flags(dataset: str, source: str, run_dir: str, save: str) -> list:
     """Resume the N=3 Adagrad checkpoint (step 4) and train one more step (a new epoch's first batch)."""
     flags = train_flags(dataset, "adagrad", run_dir, save)
@@ -78,19 +85,23 @@ def _worker(role: str, base: str, dataset: str, optimizers: list, restore_from: 
     dist.init()
     rank = dist.rank()
     result = {"rank": rank, "world": dist.size()}
+
+    def config(flags):
+        return parse_config(flags if dist.size() > 1 else without_rank_memory(flags))
+
     if role == "ranks":
         from tests.test_distributed_embedding import check_layer_against_local
 
         result["layer"] = check_layer_against_local()
     for optimizer in optimizers:
         out = os.path.join(base, optimizer)
-        trainer.run(parse_config(train_flags(dataset, optimizer, out + "/run", out + "/ckpt")))
+        trainer.run(config(train_flags(dataset, optimizer, out + "/run", out + "/ckpt")))
     if restore_from:
         out = os.path.join(base, "restored")
-        trainer.run(parse_config(restore_flags(dataset, restore_from, out + "/run", out + "/ckpt")))
+        trainer.run(config(restore_flags(dataset, restore_from, out + "/run", out + "/ckpt")))
     if role == "reference":
         out = os.path.join(base, "continued")
-        trainer.run(parse_config(continued_flags(dataset, out + "/run", out + "/ckpt")))
+        trainer.run(config(continued_flags(dataset, out + "/run", out + "/ckpt")))
     write_rank_result(rank, result)
 
 

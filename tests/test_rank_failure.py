@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.multirank import finish, run_single, scratch_dir, start_ranks
-from tests.test_hybrid_parallel import CARDINALITIES, train_flags
+from tests.test_hybrid_parallel import CARDINALITIES, train_flags, without_rank_memory
 
 FAILURE_BOUND_SECONDS = 45.0
 
@@ -119,7 +119,7 @@ def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable
     for name in os.listdir(root):
         if name.startswith("step_") and not name.endswith(".tmp"):
             assert os.path.exists(os.path.join(root, name, "meta.json")), name
-    restore = run_single(["main.py", *flags, "--mode", "eval", "--restore_checkpoint_path", last,
+    restore = run_single(["main.py", *without_rank_memory(flags), "--mode", "eval", "--restore_checkpoint_path", last,
                           "--save_checkpoint_path", os.path.join(work, "unused"),
                           "--run_dir", os.path.join(work, "eval")], timeout=240)
     restore.check()
