@@ -71,13 +71,13 @@ def non_negative_number(text: str) -> float:
     return value
 
 
-_INT_LIST = re.compile(r"\s*\d+(\s*[-,]\s*\d+)*\s*")
+_DASH_OR_COMMA_LIST = re.compile(r"\s*\d+(\s*[-,]\s*\d+)*\s*")
+_COMMA_LIST = re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
 
 
-def _int_list(text: str, separators: str, example: str) -> tuple[int, ...]:
-    pattern = _INT_LIST if "-" in separators else re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
+def _int_list(text: str, pattern: re.Pattern, separators: str, example: str) -> tuple[int, ...]:
     if not pattern.fullmatch(str(text)):
-        raise argparse.ArgumentTypeError(f"expected positive integers separated by {separators!r} "
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by {separators} "
                                          f"(e.g. {example}), got {text!r}")
     values = tuple(int(part) for part in re.split(r"[-,]", text))
     if min(values) < 1:
@@ -87,12 +87,12 @@ def _int_list(text: str, separators: str, example: str) -> tuple[int, ...]:
 
 def layer_sizes(text: str) -> tuple[int, ...]:
     """'512-256-128' or '512,256,128' -> (512, 256, 128): every size positive, no empty entry."""
-    return _int_list(text, "- or ,", "512-256-128")
+    return _int_list(text, _DASH_OR_COMMA_LIST, "'-' or ','", "512-256-128")
 
 
 def sizes_list(text: str) -> list[int]:
     """'1000,20,300' -> [1000, 20, 300]: table sizes, each positive."""
-    return list(_int_list(text, ",", "1000,20,300"))
+    return list(_int_list(text, _COMMA_LIST, "','", "1000,20,300"))
 
 
 def one_character(text: str) -> str:

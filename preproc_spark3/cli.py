@@ -37,12 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log_offset", type=argtypes.positive_number, default=_PREPROC_DEFAULTS.log_offset,
                    help="numericals -> log(x + offset); NVIDIA TF2 uses 3")
     p.add_argument("--no_shuffle", action="store_true", help="keep the training rows in input (day, line) order")
-    p.add_argument("--seed", type=argtypes.seed, default=_PREPROC_DEFAULTS.seed, help="seed of the global training shuffle")
-    p.add_argument("--max_malformed_fraction", type=argtypes.non_negative_number, default=_PREPROC_DEFAULTS.max_malformed_fraction,
+    p.add_argument("--seed", type=argtypes.seed, default=_PREPROC_DEFAULTS.seed,
+                   help="seed of the global training shuffle")
+    p.add_argument("--max_malformed_fraction", type=argtypes.non_negative_number,
+                   default=_PREPROC_DEFAULTS.max_malformed_fraction,
                    help="fail if more than this fraction of all lines is malformed")
     p.add_argument("--broadcast_max_rows", type=argtypes.count, default=_PREPROC_DEFAULTS.broadcast_max_rows,
                    help="dictionaries up to this many values are broadcast to the joins")
-    p.add_argument("--conversion_batch_rows", type=argtypes.positive_int, default=_PREPROC_DEFAULTS.conversion_batch_rows,
+    p.add_argument("--conversion_batch_rows", type=argtypes.positive_int,
+                   default=_PREPROC_DEFAULTS.conversion_batch_rows,
                    help="rows per chunk of the parquet -> binary conversion (bounds its memory)")
     p.add_argument("--keep_work", action="store_true", help="keep the parsed-input parquet in <out_dir>/_work")
 

@@ -242,7 +242,8 @@ def test_bad_environment_value_is_a_usage_error():
     done = subprocess.run([sys.executable, "-m", "preproc_spark3", "raw", "out"], capture_output=True, text=True,
                           timeout=120, env=env, cwd=str(ROOT))
     assert done.returncode == 2, done.stderr
-    assert "--shuffle_partitions: expected a positive integer, got 'many'" in done.stderr and "Traceback" not in done.stderr
+    assert "--shuffle_partitions: expected a positive integer, got 'many'" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_gpu_settings_need_the_rapids_jar(tmp_path):

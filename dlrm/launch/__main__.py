@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ranks per node; nodes = world size / this (default 1; GPU nodes: GPUs per node)")
     parser.add_argument("--gpus_per_node", type=count, default=0, help="GPUs to request per node (default 0)")
     parser.add_argument("--cpus_per_task", type=positive_int, help="CPUs per rank")
-    parser.add_argument("--timeout_min", type=positive_int, default=60, help="time limit of each job, minutes (default 60)")
+    parser.add_argument("--timeout_min", type=positive_int, default=60,
+                        help="time limit of each job, minutes (default 60)")
     parser.add_argument("--srun_mpi", choices=["pmix", "pmi2"], default="pmix",
                         help="srun MPI plugin matching the MPI Horovod was built with (default pmix)")
     parser.add_argument("--no_wait", action="store_true", help="print the job ids and return at once")
