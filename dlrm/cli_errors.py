@@ -9,7 +9,7 @@
   a single rank saw is printed by that rank as `error: rank k: <message>`; `PeerRankFailed` (this
   rank stopped because another one failed) prints nothing, the failed rank has said why;
 - Horovod's report of a dead or stalled peer rank prints one line naming this rank;
-- Ctrl-C outside the training loop (which handles it itself) exits 130 with one line;
+- Ctrl-C outside the training loop (which handles it itself) exits 130 with one line from rank 0;
 - anything else is a bug and keeps its traceback.
 
 The rank comes from the launcher's environment, so this works before and without Horovod's init.
@@ -65,7 +65,8 @@ def run_main(main: Callable[[list], Optional[int]], argv: Optional[Sequence[str]
     except KeyboardInterrupt:
         if debug:
             traceback.print_exc()
-        _print("interrupted (Ctrl-C)")
+        if world.rank == 0:  # the terminal sends Ctrl-C to every rank
+            _print("interrupted (Ctrl-C)")
         return 128 + signal.SIGINT
     except Exception as error:
         if not dist.is_peer_failure(error):

@@ -42,6 +42,8 @@ class Interrupted(UserError):
     The process exits with `exit_code` (128 + the signal number, as a shell reports a signal).
     """
 
+    on_every_rank = True  # every rank stops on the signal: rank 0 reports
+
     def __init__(self, signal_number: int, message: str):
         self.signal_number = signal_number
         self.exit_code = 128 + signal_number
