@@ -343,3 +343,23 @@ def test_generator_refuses_to_overwrite_a_dataset_without_overwrite(tmp_path):
                              capture_output=True, text=True, timeout=120)
     assert foreign.returncode == 1 and "holds no dataset" in foreign.stderr
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_ctrl_c_outside_training_exits_130_with_one_line(tmp_path):
+    """SIGINT while the generator writes (a real signal to a real process): no KeyboardInterrupt traceback."""
+    out = tmp_path / "gen"
+    proc = subprocess.Popen([sys.executable, "-m", "dlrm.data.synthetic", "--out", str(out), "--preset", "tiny",
+                             "--train_rows", "200000000", "--test_rows", "10"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob("gen.tmp-*/train")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the generator ended before the signal"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert stderr.strip() == "interrupted (Ctrl-C)", stderr
+    assert list(tmp_path.iterdir()) == [], "an interrupted generator leaves nothing behind"

@@ -336,10 +336,17 @@ def generate_from_flags(argv: Optional[Sequence[str]] = None) -> int:
         cards, preset = args.cardinalities, None
     else:
         cards, preset = preset_cardinalities(args.preset), args.preset
-    if os.path.isdir(args.out) and args.overwrite:
-        shutil.rmtree(args.out)
-    spec = generate_dataset(args.out, cards, args.train_rows, args.test_rows, args.seed, args.num_numerical,
-                            preset=preset)
+    # Written aside and renamed when complete: an interrupted run leaves --out as it was.
+    tmp = f"{os.path.normpath(args.out)}.tmp-{os.getpid()}"
+    try:
+        spec = generate_dataset(tmp, cards, args.train_rows, args.test_rows, args.seed, args.num_numerical,
+                                preset=preset)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if os.path.isdir(args.out):
+        shutil.rmtree(args.out)  # empty, or a dataset that --overwrite replaces (check_output_dir)
+    os.rename(tmp, args.out)
     meta = spec.metadata
     print(json.dumps({"out": os.path.abspath(args.out), "bayes_auc": meta["bayes_auc"],
                       "bayes_logloss": meta["bayes_logloss"], "positive_rate": meta["positive_rate"],
