@@ -121,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     shard = parser.add_argument_group("embedding placement and memory")
     _add(shard, "--sharding_strategy", [("sharding", "strategy")], "table placement strategy",
          choices=STRATEGIES)
-    _add(shard, "--rank_memory", [("sharding", "rank_memory_bytes")], "embedding memory (weights + optimizer slots) per rank, "
-         "one process included, e.g. 80GiB",
+    _add(shard, "--rank_memory", [("sharding", "rank_memory_bytes")],
+         "embedding memory (weights + optimizer slots) per rank, one process included, e.g. 80GiB",
          type=positive_byte_size)
     _add(shard, "--column_slice_threshold", [("sharding", "column_slice_threshold_bytes")],
          "tables larger than this are split by columns, e.g. 2GiB", type=positive_byte_size)
