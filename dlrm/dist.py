@@ -193,3 +193,12 @@ def distributed_tape(tape, model_parallel_variables: Sequence = ()):
     for var in model_parallel_variables:
         wrapped.register_local_source(var)
     return wrapped
+
+
+def allgather_object(obj, name: Optional[str] = None) -> list:
+    """Every rank's small Python object (e.g. what it found checking its share of the data), in rank
+    order, on every rank."""
+    hvd = _require()
+    if hvd.size() == 1:
+        return [obj]
+    return hvd.allgather_object(obj, name=name)
