@@ -394,18 +394,18 @@ def _first_bad_id(cols, targets, cards, lo, hi, best_row, best_table):
     """(row, table) of the earliest id outside [0, cardinality) in rows [lo, hi) of these columns, or
     the best one so far (`best_row`, `best_table`) when that is earlier (row first, then table)."""
     for k in range(targets.shape[0]):
-        col = cols[k]
+        ids = cols[k][lo:hi]  # loops over a slice from 0 vectorise (no negative-index handling)
         j = targets[k]
-        low = col[lo]
-        high = col[lo]
-        for r in range(lo, hi):  # min/max first: one vectorised pass when every id is fine
-            low = min(low, col[r])
-            high = max(high, col[r])
+        low = ids[0]
+        high = ids[0]
+        for r in range(ids.shape[0]):  # min/max first: one vectorised pass when every id is fine
+            low = min(low, ids[r])
+            high = max(high, ids[r])
         if low < 0 or high >= cards[j]:
-            for r in range(lo, min(hi, best_row + 1)):
-                if col[r] < 0 or col[r] >= cards[j]:
-                    if r < best_row or j < best_table:
-                        best_row, best_table = r, j
+            for r in range(min(ids.shape[0], best_row - lo + 1)):
+                if ids[r] < 0 or ids[r] >= cards[j]:
+                    if lo + r < best_row or j < best_table:
+                        best_row, best_table = lo + r, j
                     break
     return best_row, best_table
 
@@ -416,24 +416,25 @@ def check_block(label_src, numerical_src, width, cols8, targets8, cols16, target
     """Check file rows [lo, hi) without decoding them: (kind, column, row) of the earliest bad value
     (kinds LABEL < NUMERICAL < CATEGORICAL within a row, as `compiled_decode_part`) or NO_ERROR, and
     the number of positive labels."""
+    labels = label_src[lo:hi]
     label_bits = np.uint8(0)
     positives = 0
-    for r in range(lo, hi):
-        label_bits |= label_src[r]
-        positives += label_src[r]
+    for r in range(labels.shape[0]):
+        label_bits |= labels[r]
+        positives += labels[r]
     kind, column, row = -1, -1, hi
     if label_bits > 1:
-        for r in range(lo, hi):
-            if label_src[r] > 1:
-                kind, column, row = LABEL, 0, r
+        for r in range(labels.shape[0]):
+            if labels[r] > 1:
+                kind, column, row = LABEL, 0, lo + r
                 break
     if width:
         values = numerical_src[lo * width:hi * width]
         special = _exponent_bits(values)
-        specials = 0
+        any_special = False
         for i in range(values.shape[0]):
-            specials += (values[i] & special) == special
-        if specials:
+            any_special |= (values[i] & special) == special
+        if any_special:
             for i in range(min(values.shape[0], (row - lo + 1) * width)):
                 if (values[i] & special) == special:
                     if lo + i // width < row:
