@@ -280,7 +280,8 @@ class BatchReader:
       delays only its own batch.
     - Opening checks the files (exist, whole records, equal row counts); every decoded row is
       checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
-      so the checks are always on; errors name the file, the feature and the row.
+      so the checks are always on; errors name the file, the feature and the row. `check_all()`
+      checks a whole mapping without decoding (the trainer's start-up check: `dlrm.data.validate`).
     """
 
     def __init__(self, spec: FeatureSpec, mapping: str, global_batch_size: int, rank: int = 0,
