@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
          choices=["keep", "drop"])
     _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=count)
     _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)", type=positive_int)
+    _add(data, "--skip_data_validation", [("data", "skip_data_validation")],
+         "skip the start-up check of every id, numerical and label (for data validated already)",
+         action="store_true")
 
     model = parser.add_argument_group("model")
     _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",

@@ -31,6 +31,8 @@ class DataConfig:
     # batch's rows are split between them on numba's threads): more than 1 pays off only
     # with a core to spare next to the training step (benchmarks/loader.py).
     decode_threads: int = 1
+    # Skip the start-up check of every value (ids, numericals, labels) of the mappings a run reads.
+    skip_data_validation: bool = False
 
 
 ARCHS = ("dlrm", "dcnv2")

@@ -211,9 +211,10 @@ def is_peer_failure(error: BaseException) -> bool:
     return isinstance(error, HorovodInternalError) or any(marker in text for marker in PEER_FAILURE_MARKERS)
 
 
-def allgather_object(obj) -> list:
-    """A small JSON-like Python object from every rank, in rank order (the same list on every rank)."""
+def allgather_object(obj, name: Optional[str] = None) -> list:
+    """Every rank's small Python object (e.g. what it found checking its share of the data), in rank
+    order, on every rank."""
     hvd = _require()
     if hvd.size() == 1:
         return [obj]
-    return hvd.allgather_object(obj, name="dlrm_allgather_object")
+    return hvd.allgather_object(obj, name=name)

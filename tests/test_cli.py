@@ -57,7 +57,7 @@ def test_every_flag_maps_to_its_field():
         "--synthetic_train_rows", "1000", "--synthetic_test_rows", "100", "--synthetic_seed", "7",
         "--train_mapping", "tr", "--test_mapping", "te", "--global_batch_size", "1024",
         "--valid_batch_size", "4096", "--partial_batch", "drop", "--prefetch_batches", "2",
-        "--decode_threads", "3",
+        "--decode_threads", "3", "--skip_data_validation",
         "--arch", "dcnv2", "--embedding_dim", "64", "--bottom_mlp_dims", "256-64",
         "--top_mlp_dims", "512,256,1", "--dcn_num_layers", "2", "--dcn_low_rank_dim", "128",
         "--optimizer", "adam", "--learning_rate", "0.001", "--warmup_steps", "10",
@@ -76,6 +76,7 @@ def test_every_flag_maps_to_its_field():
     assert (c.data.train_mapping, c.data.test_mapping) == ("tr", "te")
     assert (c.data.global_batch_size, c.data.eval_batch_size) == (1024, 4096)
     assert (c.data.partial_batch, c.data.prefetch_batches, c.data.decode_threads) == ("drop", 2, 3)
+    assert c.data.skip_data_validation is True and Config().data.skip_data_validation is False
     assert (c.model.arch, c.model.embedding_dim, c.model.bottom_mlp, c.model.top_mlp) == \
         ("dcnv2", 64, (256, 64), (512, 256, 1))
     assert (c.model.num_cross_layers, c.model.cross_projection_dim, c.model.seed) == (2, 128, 42)

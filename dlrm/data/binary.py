@@ -220,6 +220,50 @@ def pooled_output_sets(prefetch: int, threads: int) -> int:
     return batches_ahead(prefetch, threads) + 2
 
 
+class MappedFiles:
+    """A split-binary mapping's files, memory-mapped read-only and grouped for the compiled kernels.
+
+    Shared by the batch reader (decode) and the start-up value check (no decode), so both name a bad
+    value the same way.
+    """
+
+    def __init__(self, spec: FeatureSpec, mapping: str):
+        self.mapping = mapping
+        self.chunks = spec.binary_chunks(mapping)
+        self.num_rows = spec.num_rows(mapping)
+        self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
+        self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
+        self.num_categorical = len(self.categorical_chunks)
+        numerical = None if self.numerical_chunk is None else _map_file(self.numerical_chunk, self.num_rows)
+        self.columns = [_map_file(c, self.num_rows) for c in self.categorical_chunks]
+        self.sources = decode.row_sources(_map_file(self.label_chunk, self.num_rows), numerical, self.num_numerical,
+                                          self.columns, spec.cardinalities)
+
+    def check_rows(self, begin: int, end: int, threads: int = 1,
+                   block_rows: int = decode.CHECK_BLOCK_ROWS) -> tuple[int, tuple[int, int, int]]:
+        """(positive labels, (kind, column, row) of the earliest bad value or decode.NO_ERROR) of rows
+        [begin, end), checked without decoding (see `decode.check_rows`)."""
+        return decode.check_rows(self.sources, begin, end, threads, block_rows)
+
+    def raise_for(self, found: tuple[int, int, int]) -> None:
+        """Raise the DataError of a (kind, column, row) a check or decode reported, if any."""
+        if found[0] >= 0:
+            raise self.bad_value(*found)
+
+    def bad_value(self, kind: int, column: int, row: int) -> DataError:
+        """The error naming file, feature and row of a value the decode or the check rejected."""
+        if kind == decode.LABEL:
+            chunk, why = self.label_chunk, f"label byte {int(self.sources.label_src[row])} is not 0 or 1"
+        elif kind == decode.NUMERICAL:
+            chunk = self.numerical_chunk
+            at = row * self.num_numerical + column
+            why = f"numerical value {self.sources.numerical_src[at:at + 1].view(chunk.dtype)[0]} is NaN or inf"
+        else:
+            chunk = self.categorical_chunks[column]
+            why = f"id {int(self.columns[column][row])} is outside [0, {self.sources.cards[column]})"
+        return DataError(why, chunk.path, chunk.features[column if kind == decode.NUMERICAL else 0], row)
+
+
 class BatchReader:
     """Iterates one mapping in global batches, yielding this rank's contiguous slice of each.
 
@@ -236,7 +280,8 @@ class BatchReader:
       delays only its own batch.
     - Opening checks the files (exist, whole records, equal row counts); every decoded row is
       checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
-      so the checks are always on; errors name the file, the feature and the row.
+      so the checks are always on; errors name the file, the feature and the row. `check_all()`
+      checks a whole mapping without decoding (the trainer's start-up check: `dlrm.data.validate`).
     """
 
     def __init__(self, spec: FeatureSpec, mapping: str, global_batch_size: int, rank: int = 0,
@@ -254,8 +299,9 @@ class BatchReader:
         self.spec, self.mapping = spec, mapping
         self.global_batch_size, self.rank, self.world_size = global_batch_size, rank, world_size
         self.partial_batch, self.prefetch, self.threads = partial_batch, prefetch, threads
-        self.chunks = spec.binary_chunks(mapping)
-        self.num_rows = spec.num_rows(mapping)
+        self.files = MappedFiles(spec, mapping)
+        self.chunks, self.num_rows = self.files.chunks, self.files.num_rows
+        self.num_numerical, self.num_categorical = self.files.num_numerical, self.files.num_categorical
         full, remainder = divmod(self.num_rows, global_batch_size)
         if partial_batch == "keep":
             self.num_batches, self.rows_skipped = full + (1 if remainder else 0), 0
@@ -266,18 +312,8 @@ class BatchReader:
         self.start_batch = start_batch
         self._iterated = False
         self._thread_local = threading.local()
-        self._open_files()
         self._buffers = _BatchBuffers(self.num_numerical, self.num_categorical,
                                       slots=pooled_output_sets(prefetch, threads))
-
-    def _open_files(self) -> None:
-        self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
-        self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
-        self.num_categorical = len(self.categorical_chunks)
-        numerical = None if self.numerical_chunk is None else _map_file(self.numerical_chunk, self.num_rows)
-        self._columns = [_map_file(c, self.num_rows) for c in self.categorical_chunks]
-        self._sources = decode.row_sources(_map_file(self.label_chunk, self.num_rows), numerical, self.num_numerical,
-                                           self._columns, self.spec.cardinalities)
 
     def __len__(self) -> int:
         return self.num_batches
@@ -301,24 +337,11 @@ class BatchReader:
         global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
         label, numerical, categorical = self._buffers.take(end - begin)
         parts = max(1, min(threads, (end - begin) // MIN_ROWS_PER_THREAD))
-        kind, column, row = decode.decode_rows(self._sources, begin, parts, self._scratch(parts), label,
+        kind, column, row = decode.decode_rows(self.files.sources, begin, parts, self._scratch(parts), label,
                                                numerical.reshape(-1).view(np.uint32), categorical)
         if kind >= 0:
-            raise self._bad_value(kind, column, begin + row)
+            raise self.files.bad_value(kind, column, begin + row)
         return Batch(numerical, categorical, label, global_rows, index, begin)
-
-    def _bad_value(self, kind: int, column: int, row: int) -> DataError:
-        """The error naming file, feature and row of a value the decode rejected."""
-        if kind == decode.LABEL:
-            chunk, why = self.label_chunk, f"label byte {int(self._sources.label_src[row])} is not 0 or 1"
-        elif kind == decode.NUMERICAL:
-            chunk = self.numerical_chunk
-            at = row * self.num_numerical + column
-            why = f"numerical value {self._sources.numerical_src[at:at + 1].view(chunk.dtype)[0]} is NaN or inf"
-        else:
-            chunk = self.categorical_chunks[column]
-            why = f"id {int(self._columns[column][row])} is outside [0, {self._sources.cards[column]})"
-        return DataError(why, chunk.path, chunk.features[column if kind == decode.NUMERICAL else 0], row)
 
     def _scratch(self, parts: int) -> np.ndarray:
         """Per-thread scratch for the decode (a reader may decode on its prefetch threads and the caller's)."""
@@ -344,12 +367,11 @@ class BatchReader:
         return _prefetched(whole_batch, range(first_batch, self.num_batches), self.prefetch, self.threads)
 
     def check_all(self) -> int:
-        """Decode every row of the mapping once (all ranks' rows, partial batch included) to surface
-        bad values before training; returns the number of rows checked."""
-        whole = BatchReader(self.spec, self.mapping, self.global_batch_size, prefetch=0, threads=self.threads)
-        for i in range(len(whole)):
-            whole.read_batch(i)
-        return whole.num_rows
+        """Check every value of the mapping (all ranks' rows, partial batch included) on `threads`
+        threads, without decoding; raises the DataError of the earliest bad row, else returns the
+        number of rows checked."""
+        self.files.raise_for(self.files.check_rows(0, self.num_rows, self.threads)[1])
+        return self.num_rows
 
 
 class _BatchBuffers:

@@ -371,6 +371,135 @@ def compiled_decode_rows(sources: tuple, first: int, parts: int, wides: np.ndarr
     return earliest(status)
 
 
+# ====================================================================== value checks without decoding
+# Rows per block of the start-up value check (`check_rows`): blocks are the unit of work of its
+# threads; each block's columns are read once, front to back.
+CHECK_BLOCK_ROWS = 1 << 16
+
+
+def _exponent_bits(src):
+    """The all-ones exponent (inf/NaN) of a float bit pattern array's width, for compiled callers."""
+    raise NotImplementedError("_exponent_bits exists only inside compiled kernels")
+
+
+@overload(_exponent_bits, jit_options={"nogil": True})
+def _exponent_bits_compiled(src):
+    if src.dtype.bitwidth == 16:
+        return lambda src: np.uint16(0x7C00)
+    return lambda src: np.uint32(0x7F800000)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _first_bad_id(cols, targets, cards, lo, hi, best_row, best_table):
+    """(row, table) of the earliest id outside [0, cardinality) in rows [lo, hi) of these columns, or
+    the best one so far (`best_row`, `best_table`) when that is earlier (row first, then table)."""
+    for k in range(targets.shape[0]):
+        ids = cols[k][lo:hi]  # loops over a slice from 0 vectorise (no negative-index handling)
+        j = targets[k]
+        low = ids[0]
+        high = ids[0]
+        for r in range(ids.shape[0]):  # min/max first: one vectorised pass when every id is fine
+            low = min(low, ids[r])
+            high = max(high, ids[r])
+        if low < 0 or high >= cards[j]:
+            for r in range(min(ids.shape[0], best_row - lo + 1)):
+                if ids[r] < 0 or ids[r] >= cards[j]:
+                    if lo + r < best_row or j < best_table:
+                        best_row, best_table = lo + r, j
+                    break
+    return best_row, best_table
+
+
+@numba.njit(nogil=True, cache=True)
+def check_block(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32, cards,
+                lo, hi):
+    """Check file rows [lo, hi) without decoding them: (kind, column, row) of the earliest bad value
+    (kinds LABEL < NUMERICAL < CATEGORICAL within a row, as `compiled_decode_part`) or NO_ERROR, and
+    the number of positive labels."""
+    labels = label_src[lo:hi]
+    label_bits = np.uint8(0)
+    positives = 0
+    for r in range(labels.shape[0]):
+        label_bits |= labels[r]
+        positives += labels[r]
+    kind, column, row = -1, -1, hi
+    if label_bits > 1:
+        for r in range(labels.shape[0]):
+            if labels[r] > 1:
+                kind, column, row = LABEL, 0, lo + r
+                break
+    if width:
+        values = numerical_src[lo * width:hi * width]
+        special = _exponent_bits(values)
+        any_special = False
+        for i in range(values.shape[0]):
+            any_special |= (values[i] & special) == special
+        if any_special:
+            for i in range(min(values.shape[0], (row - lo + 1) * width)):
+                if (values[i] & special) == special:
+                    if lo + i // width < row:
+                        kind, column, row = NUMERICAL, i % width, lo + i // width
+                    break
+    if cards.shape[0]:
+        id_row, table = hi, cards.shape[0]
+        id_row, table = _first_bad_id(cols8, targets8, cards, lo, hi, id_row, table)
+        id_row, table = _first_bad_id(cols16, targets16, cards, lo, hi, id_row, table)
+        id_row, table = _first_bad_id(cols32, targets32, cards, lo, hi, id_row, table)
+        if id_row < row:
+            kind, column, row = CATEGORICAL, table, id_row
+    if kind < 0:
+        row = -1
+    return kind, column, row, positives
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _check_one_block(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32, cards,
+                     begin, end, block_rows, block, status, positives):
+    lo = begin + block * block_rows
+    hi = min(end, lo + block_rows)
+    kind, column, row, count = check_block(label_src, numerical_src, width, cols8, targets8, cols16, targets16,
+                                           cols32, targets32, cards, lo, hi)
+    status[block, 0] = kind
+    status[block, 1] = column
+    status[block, 2] = row
+    positives[block] = count
+
+
+@numba.njit(nogil=True, cache=True)
+def _check_blocks_serial(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32,
+                         cards, table_bits, begin, end, block_rows, status, positives):
+    for block in range(status.shape[0]):
+        _check_one_block(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32,
+                         cards, begin, end, block_rows, block, status, positives)
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _check_blocks_parallel(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32,
+                           cards, table_bits, begin, end, block_rows, status, positives):
+    for block in numba.prange(status.shape[0]):
+        _check_one_block(label_src, numerical_src, width, cols8, targets8, cols16, targets16, cols32, targets32,
+                         cards, begin, end, block_rows, block, status, positives)
+
+
+def check_rows(sources: tuple, begin: int, end: int, threads: int = 1,
+               block_rows: int = CHECK_BLOCK_ROWS) -> tuple[int, tuple[int, int, int]]:
+    """Check file rows [begin, end) of a mapping (`RowSources`) in blocks of `block_rows`, on `threads`
+    of numba's threads, without decoding them. Returns (positive labels, (kind, column, file row) of
+    the earliest bad value or NO_ERROR); the result depends on neither the threads nor the blocks."""
+    blocks = -(-(end - begin) // block_rows)
+    status = np.empty((blocks, 3), dtype=np.int64)
+    positives = np.empty(blocks, dtype=np.int64)
+    if threads > 1 and blocks > 1:
+        check_threading_layer()
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        _check_blocks_parallel(*sources, begin, end, block_rows, status, positives)
+    else:
+        _check_blocks_serial(*sources, begin, end, block_rows, status, positives)
+    bad = np.flatnonzero(status[:, 0] >= 0)  # blocks are in row order: the first bad block holds the earliest row
+    first = tuple(int(v) for v in status[bad[0]]) if bad.size else NO_ERROR
+    return int(positives.sum()), first
+
+
 # ====================================================================== portable numpy versions
 def numpy_decode_numerical(src, table_bits, out_bits):
     """`decode_numerical` in numpy (a table lookup per float16 value): same arguments, same result."""

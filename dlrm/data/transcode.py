@@ -5,7 +5,8 @@ are concatenated row-wise. Values must already be model-ready: label 0/1, numeri
 (stored as float16), categoricals as integer ids in [0, cardinality). Files are read in chunks (pandas'
 C parser), so memory stays bounded. Any bad field (empty, not a number, non-integer or out-of-range
 id, label not 0/1, NaN/inf, too many or too few fields) stops the run with an error naming the CSV
-file, its line and the feature; nothing is published (the writer renames files only on success).
+file, its line and the feature, and so does an empty CSV file; nothing is published (the writer
+renames files only on success).
 
 CLI: `python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR [--delimiter ,]`
 """
@@ -128,6 +129,9 @@ def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSp
                 except DataError as error:
                     raise _at_csv_line(error, path, rows_before_file) from None
                 first_line += values.shape[0]
+            if writer.rows_written == rows_before_file:
+                raise DataError(f"the CSV file is empty: no rows for mapping {mapping!r} (fill it, or remove it "
+                                f"from source_spec.{mapping})", path)
     return writer.rows_written
 
 

@@ -11,6 +11,7 @@ ranks' gradients then average to the gradient of the global-batch mean, also for
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import time
@@ -52,7 +53,7 @@ class RunResult:
 
 def configure_tensorflow(train_cfg: TrainConfig) -> None:
     """Seeds, deterministic kernels and explicit thread counts: a rerun computes the same bits."""
-    intra = train_cfg.intra_op_threads or max(1, (os.cpu_count() or 1) // max(1, dist.launcher_world().local_size))
+    intra = train_cfg.intra_op_threads or cores_per_rank()
     try:
         tf.config.threading.set_intra_op_parallelism_threads(intra)
         tf.config.threading.set_inter_op_parallelism_threads(train_cfg.inter_op_threads)
@@ -87,6 +88,31 @@ def prepare_dataset(data_cfg: DataConfig, log: MetricsLog) -> str:
             generate_atomically(directory, *sizes, preset=data_cfg.synthetic_preset)
     dist.barrier()  # the other ranks wait for rank 0's dataset
     return directory
+
+
+def check_data(config: Config, dataset_dir: str, log: MetricsLog) -> None:
+    """Refuse bad data before step 1, the same way on every rank: a value of a mapping this mode reads
+    (unless --skip_data_validation), an empty mapping, a test mapping of one class (AUC undefined)."""
+    from dlrm.data.feature_spec import FeatureSpec
+    from dlrm.data.validate import check_mappings
+
+    data, mode = config.data, config.train.mode
+    read = ([data.train_mapping] if mode == "train" else []) + [data.test_mapping]
+    scored = [data.test_mapping] if mode in ("train", "eval") else []
+    started = time.perf_counter()
+    summary = check_mappings(FeatureSpec.load(dataset_dir), read, scored, rank=dist.rank(), world_size=dist.size(),
+                             gather=functools.partial(dist.allgather_object, name="data_check"),
+                             values=not data.skip_data_validation, threads=cores_per_rank())
+    rows = sum(found["rows"] for found in summary.values())
+    done = "skipped the value check of" if data.skip_data_validation else "checked every value of"
+    hint = "" if data.skip_data_validation else " (--skip_data_validation skips it)"
+    log.message(f"{done} mapping(s) {', '.join(summary)}: {rows:,} rows in "
+                f"{time.perf_counter() - started:.1f} s{hint}")
+
+
+def cores_per_rank() -> int:
+    """This machine's cores divided among the ranks running on it."""
+    return max(1, (os.cpu_count() or 1) // max(1, dist.launcher_world().local_size))
 
 
 def build_embeddings(config: Config, table_sizes: Sequence[int]):
@@ -454,6 +480,7 @@ def run(config: Config) -> RunResult:
     log = MetricsLog(config.train.run_dir, enabled=dist.rank() == 0)
     try:
         dataset_dir = prepare_dataset(config.data, log)
+        check_data(config, dataset_dir, log)
         parts = build_parts(config, dataset_dir, with_optimizer=config.train.mode == "train")
         bayes_auc = parts.spec.metadata.get("bayes_auc") if not config.data.dataset_dir else None
         log.message(f"{config.model.arch} on {dataset_dir}: {len(parts.spec.cardinalities)} tables "
