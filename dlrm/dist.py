@@ -193,3 +193,23 @@ def distributed_tape(tape, model_parallel_variables: Sequence = ()):
     for var in model_parallel_variables:
         wrapped.register_local_source(var)
     return wrapped
+
+
+def allgather_json(obj, name: str = "dlrm_allgather_json") -> list:
+    """Every rank's `obj` (JSON-serialisable, small) in rank order, on every rank.
+
+    For agreeing on Python values (a start-up check's outcome, an error message); JSON, not pickle.
+    """
+    hvd = _require()
+    if hvd.size() == 1:
+        return [obj]
+    import json
+
+    import numpy as np
+    import tensorflow as tf
+
+    data = np.frombuffer(json.dumps(obj).encode("utf-8"), dtype=np.uint8)
+    sizes = hvd.allgather(tf.constant([data.size], tf.int64), name=f"{name}.sizes").numpy()
+    gathered = hvd.allgather(tf.constant(data), name=f"{name}.bytes").numpy().tobytes()
+    ends = np.cumsum(sizes)
+    return [json.loads(gathered[end - size:end].decode("utf-8")) for size, end in zip(sizes, ends)]
