@@ -59,6 +59,11 @@ def read_only_dir(tmp_path):
         yield str(directory)
 
 
+def _lock_is_free(root: str) -> bool:
+    with ckpt.CheckpointDirLock(root) as lock:
+        return lock.acquire() is None and lock.held
+
+
 def _pieces(rows: int, value: float, table: int = 0):
     return [(TablePiece(table, 0, rows, 0, 64), {"value": tf.Variable(np.full((rows, 64), value, np.float32))})]
 
@@ -192,7 +197,22 @@ def test_training_stops_before_step_1_on_an_unwritable_or_busy_checkpoint_dir(tm
 
     result = _train(tmp_path, root)  # the holder is gone: this run trains, saves and releases the lock
     assert result.checkpoint == os.path.join(root, "step_00000002") and _trained_steps(tmp_path) == [2]
-    assert ckpt.CheckpointDirLock(root).acquire() is None
+    assert _lock_is_free(root)
+
+
+def test_training_that_fills_the_disk_stops_naming_the_file_and_keeps_the_last_checkpoint(tmp_path):
+    """One checkpoint of this model takes 3.3 MB (3.5 MB estimated): a 5 MB tmpfs passes the start-up
+    check and holds the step-1 checkpoint, then the step-2 save runs out of space half way."""
+    with tmpfs(tmp_path / "disk", "5m") as root:
+        step_1, step_2 = os.path.join(root, "step_00000001"), os.path.join(root, "step_00000002")
+        with pytest.raises(CheckpointError, match=rf"^cannot write checkpoint {re.escape(step_2)}: "
+                                                  rf"{re.escape(step_2)}\.tmp/\S+\.npy: No space left on device "
+                                                  rf"\(ENOSPC\); the partial {re.escape(step_2)}\.tmp is removed, "
+                                                  rf"the last complete checkpoint is {re.escape(step_1)}$"):
+            _train(tmp_path, root, "--checkpoint_every", "1", "--max_steps", "3")
+        assert _trained_steps(tmp_path) == [2]
+        assert sorted(os.listdir(root)) == ["latest", "lock", "step_00000001"]
+        assert ckpt.find_checkpoint(root) == step_1 and _lock_is_free(root)
 
 
 # ------------------------------------------------------------------------------------------ 2 ranks
@@ -236,7 +256,7 @@ def test_a_read_only_path_on_one_rank_stops_both_ranks_with_one_message(tmp_path
     assert run.results[1]["outcome"] == "CheckpointError"
     assert re.match(rf"^rank 1 \({re.escape(socket.gethostname())}\): cannot write checkpoints to "
                     rf"{re.escape(read_only_dir)} .*{READ_ONLY_REASON}$", run.results[1]["message"])
-    assert ckpt.CheckpointDirLock(root).acquire() is None  # rank 0 took the lock, then let it go
+    assert _lock_is_free(root)  # rank 0 took the lock, then let it go
 
 
 @pytest.mark.multirank
