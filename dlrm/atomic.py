@@ -28,8 +28,10 @@ def write_text_atomically(path: Union[str, os.PathLike], text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)  # a failed write (disk full, ...) leaves no temp file behind
+        if isinstance(error, OSError) and not error.filename:  # a failed write() does not name its file
+            raise OSError(error.errno, error.strerror or str(error), path) from error
         raise
     fsync_dir(os.path.dirname(path) or ".")

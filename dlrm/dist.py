@@ -211,10 +211,22 @@ def is_peer_failure(error: BaseException) -> bool:
     return isinstance(error, HorovodInternalError) or any(marker in text for marker in PEER_FAILURE_MARKERS)
 
 
-def allgather_object(obj, name: Optional[str] = None) -> list:
-    """Every rank's small Python object (e.g. what it found checking its share of the data), in rank
-    order, on every rank."""
+def allgather_object(obj, name: str = "dlrm_allgather_object") -> list:
+    """Every rank's `obj` (JSON-serialisable, small) in rank order, on every rank.
+
+    For agreeing on Python values (a start-up check's outcome, what a rank found in its share of the
+    data, an error message); JSON, not pickle, so tuples arrive as lists.
+    """
+    import json
+
     hvd = _require()
     if hvd.size() == 1:
-        return [obj]
-    return hvd.allgather_object(obj, name=name)
+        return [json.loads(json.dumps(obj))]  # what N ranks would see: one behaviour at every world size
+    import numpy as np
+    import tensorflow as tf
+
+    data = np.frombuffer(json.dumps(obj).encode("utf-8"), dtype=np.uint8)
+    sizes = hvd.allgather(tf.constant([data.size], tf.int64), name=f"{name}.sizes").numpy()
+    gathered = hvd.allgather(tf.constant(data), name=f"{name}.bytes").numpy().tobytes()
+    ends = np.cumsum(sizes)
+    return [json.loads(gathered[end - size:end].decode("utf-8")) for size, end in zip(sizes, ends)]

@@ -136,10 +136,11 @@ def test_failure_while_writing_leaves_previous_checkpoint_current(tmp_path):
             raise OSError("disk full")
 
     broken = _pieces({"value": _tables(2)}, WHOLE[:1]) + [(WHOLE[1], {"value": Exploding()})]
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(CheckpointError, match="cannot write checkpoint .*step_00000020: disk full"):
         _save(root, 20, {}, broken)
     assert open(tmp_path / "latest").read().strip() == "step_00000010"
     assert ckpt.complete_checkpoints(root) == ["step_00000010"]
+    assert sorted(os.listdir(root)) == ["latest", "step_00000010"]  # no step_00000020.tmp left behind
     fresh = _zero_pieces(["value"], WHOLE)
     ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, fresh)
     np.testing.assert_array_equal(fresh[0][1]["value"].numpy(), first[0])

@@ -7,21 +7,31 @@
 <root>/step_00000100/embedding/t<table>/<slot>/r<row0>-<row1>_c<col0>-<col1>.npy
 ```
 
-Protocol: rank 0 clears a stale `step_X.tmp` and creates it; barrier; every rank writes its pieces;
-barrier; rank 0 writes meta.json, fsyncs, renames the directory to `step_X`, then replaces `latest`
-(temp file + rename) and prunes old checkpoints. A directory named `step_X` therefore only exists
-complete, and a kill at any moment leaves the previous checkpoint loadable. `latest` that is empty,
-garbled or points nowhere is ignored in favour of the newest complete directory.
+Protocol: rank 0 clears a stale `step_X.tmp` and creates it; the ranks agree; every rank writes its
+pieces (rank 0 also the dense variables and meta.json); the ranks agree; rank 0 fsyncs, renames the
+directory to `step_X`, then replaces `latest` (temp file + rename) and prunes old checkpoints. A
+directory named `step_X` therefore only exists complete, and a kill at any moment leaves the previous
+checkpoint loadable. `latest` that is empty, garbled or points nowhere is ignored in favour of the
+newest complete directory. Each "agree" is an all-gather of every rank's write error (disk full, ...):
+if one rank failed, rank 0 removes `step_X.tmp` and every rank stops (`CheckpointError` naming the file
+on the failing rank, `PeerRankFailed` on the others), instead of the others waiting in a barrier.
+
+A run holds `<root>/lock` (see `prepare_checkpoint_dir`) so two runs never write one directory.
 
 Restore fills each *held* piece from the saved pieces that overlap it, so a checkpoint written by one
-plan / world size restores into another. Only `np.save` / `np.load(allow_pickle=False)` and JSON.
+plan / world size restores into another. Only .npy files (loaded with `allow_pickle=False`) and JSON.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
 import shutil
+import socket
+import sys
+import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -29,10 +39,11 @@ import numpy as np
 
 from dlrm.atomic import fsync_dir, write_text_atomically
 from dlrm.embedding.base import TablePiece
-from dlrm.errors import UserError
+from dlrm.errors import PeerRankFailed, UserError
 
 LATEST = "latest"
 META = "meta.json"
+LOCK = "lock"
 FORMAT_VERSION = 1
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 _PIECE_FILE = re.compile(r"^r(\d+)-(\d+)_c(\d+)-(\d+)\.npy$")
@@ -44,23 +55,31 @@ PieceSlots = Tuple[TablePiece, Mapping[str, "object"]]
 
 
 class CheckpointError(UserError, RuntimeError):
-    """A checkpoint that cannot be used (missing, incomplete, or for a different model)."""
+    """A checkpoint that cannot be used (missing, incomplete, for a different model) or written (path)."""
+
+
+def _gather_alone(obj) -> list:
+    return [obj]
 
     on_every_rank = True  # every rank reads the same checkpoint: rank 0 reports
 
 
 @dataclass(frozen=True)
 class Collectives:
-    """Who this process is and how it waits for the others (dlrm.dist in real runs)."""
+    """Who this process is and how it waits for / hears from the others (dlrm.dist in real runs).
+
+    `gather(obj)` returns every rank's JSON-like `obj` in rank order, on every rank.
+    """
 
     rank: int
     barrier: Callable[[], None]
+    gather: Callable[[object], list] = _gather_alone
 
     @staticmethod
     def from_dist() -> "Collectives":
         from dlrm import dist
 
-        return Collectives(rank=dist.rank(), barrier=dist.barrier)
+        return Collectives(rank=dist.rank(), barrier=dist.barrier, gather=dist.allgather_object)
 
 
 SINGLE_PROCESS = Collectives(rank=0, barrier=lambda: None)
@@ -76,11 +95,28 @@ def piece_file_name(piece: TablePiece) -> str:
 
 # ----------------------------------------------------------------------------------------------- save
 
+def _write_npy(path: str, shape: Tuple[int, ...], dtype, chunks: Iterable[np.ndarray]) -> None:
+    """Write an .npy file from consecutive row chunks with plain `write` calls, then fsync it.
+
+    Not `np.save` (a full disk gives "OSError: N requested and M written", no errno, no file name) and not
+    a memory map (a full disk kills the process with SIGBUS): here it is OSError(ENOSPC) naming `path`.
+    """
+    try:
+        with open(path, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                     "fortran_order": False, "shape": tuple(shape)})
+            for chunk in chunks:
+                f.write(np.ascontiguousarray(chunk, dtype=dtype).reshape(-1).view(np.uint8))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as error:
+        if error.filename:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), path) from error
+
+
 def _save_array(path: str, array: np.ndarray) -> None:
-    with open(path, "wb") as f:
-        np.save(f, array, allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
+    _write_npy(path, array.shape, array.dtype, [array])
 
 
 def _save_variable(path: str, variable) -> None:
@@ -89,18 +125,103 @@ def _save_variable(path: str, variable) -> None:
     if len(shape) != 2 or shape[0] <= _CHUNK_ROWS:
         _save_array(path, np.asarray(variable.numpy()))
         return
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=variable.dtype.as_numpy_dtype, shape=shape)
-    for start in range(0, shape[0], _CHUNK_ROWS):
-        out[start:start + _CHUNK_ROWS] = variable[start:start + _CHUNK_ROWS].numpy()
-    out.flush()
-    del out
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
+    chunks = (variable[start:start + _CHUNK_ROWS].numpy() for start in range(0, shape[0], _CHUNK_ROWS))
+    _write_npy(path, shape, variable.dtype.as_numpy_dtype, chunks)
 
 
 def _check_key(key: str, what: str) -> None:
     if not _KEY.match(key):
         raise ValueError(f"{what} {key!r} is not a safe file name (letters, digits, '_', '.', '-')")
+
+
+def _describe_os_error(error: OSError) -> str:
+    """`<file>: <reason> (<ERRNO NAME>)`, e.g. `.../r0-10_c0-4.npy: No space left on device (ENOSPC)`."""
+    code = errno.errorcode.get(error.errno) if error.errno else None
+    reason = error.strerror or str(error)
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{reason}" + (f" ({code})" if code else "")
+
+
+def _attempt(action: Callable[[], None], what: str) -> Optional[str]:
+    """Run `action`; a failed file operation becomes a message (every rank must reach the next agreement)."""
+    try:
+        action()
+    except OSError as error:
+        return f"{what}: {_describe_os_error(error)}"
+    return None
+
+
+def _agree(comm: Collectives, problem: Optional[str], on_failure: Callable[[], str] = lambda: "") -> None:
+    """Every rank learns whether any rank hit a problem; if so all run `on_failure` and stop together.
+
+    The lowest failing rank raises CheckpointError with its message (naming the rank and its host when
+    there are several ranks) followed by what `on_failure` returned; the other ranks raise
+    PeerRankFailed, so the user reads one message.
+    """
+    reports = comm.gather(None if problem is None else {"host": socket.gethostname(), "message": problem})
+    failed = [rank for rank, report in enumerate(reports) if report]
+    if not failed:
+        return
+    note = on_failure()
+    first = failed[0]
+    if comm.rank != first:
+        raise PeerRankFailed(first)
+    if len(reports) == 1:
+        raise CheckpointError(problem + note)
+    also = f" (also on rank{'s' if len(failed) > 2 else ''} {', '.join(map(str, failed[1:]))})" \
+        if len(failed) > 1 else ""
+    raise CheckpointError(f"rank {first} ({reports[first]['host']}): {problem}{also}{note}")
+
+
+def _make_tmp_dir(root: str, tmp: str) -> None:
+    os.makedirs(root, exist_ok=True)
+    if os.path.exists(tmp):
+        shutil.rmtree(tmp)  # left over by a killed run: never complete, never loaded
+    os.makedirs(os.path.join(tmp, "dense"))
+    os.makedirs(os.path.join(tmp, "embedding"))
+
+
+def _write_pieces(tmp: str, stored_pieces: Sequence[PieceSlots]) -> None:
+    for piece, slots in stored_pieces:
+        directory = os.path.join(tmp, "embedding", f"t{piece.table}")
+        for slot, variable in slots.items():
+            os.makedirs(os.path.join(directory, slot), exist_ok=True)
+            _save_variable(os.path.join(directory, slot, piece_file_name(piece)), variable)
+
+
+def _check_pieces(stored_pieces: Sequence[PieceSlots]) -> None:
+    for piece, slots in stored_pieces:
+        if "value" not in slots:
+            raise ValueError(f"piece {piece} has no 'value' variable")
+        for slot, variable in slots.items():
+            _check_key(slot, "slot name")
+            if tuple(variable.shape) != piece.shape:
+                raise ValueError(f"piece {piece} slot {slot!r}: variable shape {tuple(variable.shape)} "
+                                 f"!= piece shape {piece.shape}")
+
+
+def _write_dense_and_meta(tmp: str, step: int, dense: Mapping[str, "object"], meta: Mapping) -> None:
+    dense_shapes = {}
+    for key, variable in dense.items():
+        _check_key(key, "dense key")
+        array = np.asarray(variable.numpy())
+        dense_shapes[key] = list(array.shape)
+        _save_array(os.path.join(tmp, "dense", f"{key}.npy"), array)
+    full_meta = dict(meta)
+    full_meta.update(format_version=FORMAT_VERSION, step=int(step), dense_shapes=dense_shapes)
+    write_text_atomically(os.path.join(tmp, META), json.dumps(full_meta, indent=1, sort_keys=True))
+
+
+def _publish(root: str, tmp: str, final: str, step: int, keep: int) -> None:
+    """Make the complete `tmp` the checkpoint `final` and point `latest` at it."""
+    for directory, _, _ in os.walk(tmp):
+        fsync_dir(directory)
+    if os.path.exists(final):  # same step written again (e.g. a rerun): replace it
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    fsync_dir(root)
+    write_text_atomically(os.path.join(root, LATEST), step_dir_name(step) + "\n")
+    _prune(root, keep, protect=step_dir_name(step))
 
 
 def save_checkpoint(
@@ -116,54 +237,167 @@ def save_checkpoint(
 
     `dense` maps a stable key to each data-parallel variable or slot (written by rank 0);
     `stored_pieces` are the embedding pieces this rank writes; `meta` is JSON-serialisable run state.
-    Every rank must call this with the same `root` and `step`.
+    Every rank must call this with the same `root` and `step`. A failed write (disk full, read-only,
+    ...) on any rank raises on every rank, removes `step_X.tmp` and leaves `latest` and the previous
+    checkpoints as they were.
     """
     comm = comm or Collectives.from_dist()
+    _check_pieces(stored_pieces)
     final = os.path.join(root, step_dir_name(step))
     tmp = final + ".tmp"
-    if comm.rank == 0:
-        os.makedirs(root, exist_ok=True)
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)  # left over by a killed run: never complete, never loaded
-        os.makedirs(os.path.join(tmp, "dense"))
-        os.makedirs(os.path.join(tmp, "embedding"))
-    comm.barrier()
+    what = f"cannot write checkpoint {final}"
 
-    for piece, slots in stored_pieces:
-        if "value" not in slots:
-            raise ValueError(f"piece {piece} has no 'value' variable")
-        for slot, variable in slots.items():
-            _check_key(slot, "slot name")
-            if tuple(variable.shape) != piece.shape:
-                raise ValueError(f"piece {piece} slot {slot!r}: variable shape {tuple(variable.shape)} "
-                                 f"!= piece shape {piece.shape}")
-            directory = os.path.join(tmp, "embedding", f"t{piece.table}", slot)
-            os.makedirs(directory, exist_ok=True)
-            _save_variable(os.path.join(directory, piece_file_name(piece)), variable)
+    def remove_tmp() -> str:
+        if comm.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return f"; the partial {tmp} is removed, the last complete checkpoint is {find_checkpoint(root) or 'none'}"
 
-    if comm.rank == 0:
-        dense_shapes = {}
-        for key, variable in dense.items():
-            _check_key(key, "dense key")
-            array = np.asarray(variable.numpy())
-            dense_shapes[key] = list(array.shape)
-            _save_array(os.path.join(tmp, "dense", f"{key}.npy"), array)
-        full_meta = dict(meta)
-        full_meta.update(format_version=FORMAT_VERSION, step=int(step), dense_shapes=dense_shapes)
-        write_text_atomically(os.path.join(tmp, META), json.dumps(full_meta, indent=1, sort_keys=True))
-    comm.barrier()  # every rank's pieces are on disk
-
-    if comm.rank == 0:
-        for directory, _, _ in os.walk(tmp):
-            fsync_dir(directory)
-        if os.path.exists(final):  # same step written again (e.g. a rerun): replace it
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        fsync_dir(root)
-        write_text_atomically(os.path.join(root, LATEST), step_dir_name(step) + "\n")
-        _prune(root, keep, protect=step_dir_name(step))
-    comm.barrier()
+    _agree(comm, _attempt(lambda: _make_tmp_dir(root, tmp), what) if comm.rank == 0 else None, remove_tmp)
+    problem = _attempt(lambda: _write_pieces(tmp, stored_pieces), what)
+    if comm.rank == 0 and problem is None:
+        problem = _attempt(lambda: _write_dense_and_meta(tmp, step, dense, meta), what)
+    _agree(comm, problem, remove_tmp)  # every rank's pieces are on disk
+    _agree(comm, _attempt(lambda: _publish(root, tmp, final, step, keep), what) if comm.rank == 0 else None,
+           remove_tmp)
     return final
+
+
+# -------------------------------------------------------------------------------------------- start-up
+
+FILE_OVERHEAD_BYTES = 128 + 4096  # per .npy file: its header, and rounding up to a filesystem block
+META_BYTES = 1 << 16  # meta.json (config and plan) and `latest`, an upper bound
+
+
+def checkpoint_bytes(dense: Mapping[str, "object"], stored_pieces: Sequence[PieceSlots], rank: int) -> int:
+    """Disk bytes this rank adds to one checkpoint (rank 0 also writes `dense` and meta.json).
+
+    The sum over ranks is what a save needs free: pieces, optimizer slots and dense variables, plus
+    per-file overhead.
+    """
+    variables = [variable for _, slots in stored_pieces for variable in slots.values()]
+    if rank == 0:
+        variables += list(dense.values())
+    data = sum(int(np.prod(tuple(v.shape), dtype=np.int64)) * np.dtype(_numpy_dtype(v)).itemsize
+               for v in variables)
+    return data + FILE_OVERHEAD_BYTES * len(variables) + (META_BYTES if rank == 0 else 0)
+
+
+def _numpy_dtype(variable):
+    dtype = variable.dtype
+    return getattr(dtype, "as_numpy_dtype", dtype)  # tf.Variable or np.ndarray
+
+
+def _size(num_bytes: int) -> str:
+    return f"{num_bytes / (1 << 30):.2f} GiB" if num_bytes >= 1 << 30 else f"{num_bytes / (1 << 20):.2f} MiB"
+
+
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # the filesystem has no (working) flock
+
+
+class CheckpointDirLock:
+    """An exclusive `flock` on `<root>/lock`: one run at a time writes a checkpoint directory.
+
+    The kernel drops the lock when the holder closes it or dies (even by SIGKILL), so a lock file left
+    behind never blocks a restart; the file names the holder (pid, host, start time) for the message a
+    second run gets. The file is never deleted (deleting it would let two runs lock two different files).
+    """
+
+    def __init__(self, root: str):
+        self.root = root
+        self.path = os.path.join(root, LOCK)
+        self._fd: Optional[int] = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> Optional[str]:
+        """Take the lock without waiting; None, or why not (another run holds it, no flock there)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            return f"cannot lock {self.root}: {_describe_os_error(error)}"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, 0)
+            started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+            os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {started}\n".encode(), 0)
+        except OSError as error:
+            busy = error.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() if busy else ""
+            os.close(fd)
+            if busy:
+                return (f"checkpoint directory {self.root} is in use by another run ({holder or 'holder unknown'}): "
+                        f"two runs must not write one directory; wait for that run to end or use another "
+                        f"--save_checkpoint_path")
+            if error.errno in _NO_LOCKS:  # e.g. a Lustre mount without `flock`: run unlocked, but say so
+                print(f"warning: {self.root} does not support file locks ({_describe_os_error(error)}); a second "
+                      f"run on this checkpoint directory would not be detected", file=sys.stderr, flush=True)
+                return None
+            return f"cannot lock {self.path}: {_describe_os_error(error)}"
+        self._fd = fd
+        return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> "CheckpointDirLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _writable(root: str) -> Optional[str]:
+    """None if this process can create `root` and write, fsync and delete a file in it; else why not."""
+    probe = os.path.join(root, f".write_test.{socket.gethostname()}.{os.getpid()}")
+    try:
+        os.makedirs(root, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"checkpoint directory write test\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.remove(probe)
+    except OSError as error:
+        return f"cannot write checkpoints to {root} (--save_checkpoint_path): {_describe_os_error(error)}"
+    return None
+
+
+def _enough_space(root: str, needed: int) -> Optional[str]:
+    stats = os.statvfs(root)
+    free = stats.f_bavail * stats.f_frsize
+    if free >= needed:
+        return None
+    return (f"not enough free space for checkpoints in {root} (--save_checkpoint_path): one checkpoint of this "
+            f"model needs about {_size(needed)} ({needed} bytes: weights, optimizer slots and dense variables), "
+            f"{_size(free)} are free")
+
+
+def prepare_checkpoint_dir(root: str, expected_bytes: int, comm: Optional[Collectives] = None) -> CheckpointDirLock:
+    """Check the checkpoint directory before training, on every rank, and lock it for this run.
+
+    Every rank writes checkpoint files, so every rank checks that it can write to `root` and that it has
+    room for one whole checkpoint (the sum of every rank's `expected_bytes`, see `checkpoint_bytes`:
+    ranks share the directory). Rank 0 then takes `<root>/lock` for the run, so a second run on the same
+    directory stops here instead of corrupting this one's saves. The ranks agree on the outcome: all of
+    them stop with one CheckpointError (naming the rank and the path) if any check failed anywhere.
+    Use the returned lock as a context manager around the run (other ranks get one that holds nothing).
+    """
+    comm = comm or Collectives.from_dist()
+    needed = sum(comm.gather(int(expected_bytes)))
+    lock = CheckpointDirLock(root)
+    problem = _writable(root) or _enough_space(root, needed)
+    if problem is None and comm.rank == 0:
+        problem = lock.acquire()
+
+    def unlock() -> str:
+        lock.release()
+        return ""
+
+    _agree(comm, problem, unlock)
+    return lock
 
 
 def complete_checkpoints(root: str) -> List[str]:

@@ -323,6 +323,16 @@ def _save(parts: Parts, step: int, steps_per_epoch: int, log: MetricsLog, last_c
     return path
 
 
+def checkpoint_dir_lock(parts: Parts):
+    """Check --save_checkpoint_path (writable, room for a checkpoint) on every rank and lock it for the run."""
+    path = parts.config.train.save_checkpoint_path
+    if not path:
+        return contextlib.nullcontext()
+    dense, stored, _ = parts.checkpoint_variables(with_optimizer=True)
+    comm = checkpoint.Collectives.from_dist()
+    return checkpoint.prepare_checkpoint_dir(path, checkpoint.checkpoint_bytes(dense, stored, comm.rank), comm)
+
+
 def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
     cfg = parts.config
     from dlrm.train.evaluate import make_predict_step
@@ -486,7 +496,8 @@ def run(config: Config) -> RunResult:
         log.message(f"{config.model.arch} on {dataset_dir}: {len(parts.spec.cardinalities)} tables "
                     f"({sum(parts.spec.cardinalities):,} rows), world size {dist.size()}, mode {config.train.mode}")
         if config.train.mode == "train":
-            result = train(parts, log, bayes_auc)
+            with checkpoint_dir_lock(parts):  # checked and locked before training, held to the end
+                result = train(parts, log, bayes_auc)
         elif config.train.mode == "eval":
             result = evaluate_checkpoint(parts, log, bayes_auc)
         elif config.train.mode == "inference_benchmark":
