@@ -286,6 +286,25 @@ def assert_same_bits(base: str, other: str) -> None:
     assert losses(base + "/run") == losses(other + "/run")
 
 
+def repro_single() -> str:
+    """The one-process run of `repro_command` (LocalEmbedding, no launcher)."""
+    def go():
+        base = scratch_dir("repro1_")
+        run_single(repro_command(base), timeout=180).check()
+        return base
+    return memoised(("repro", 1, "single"), go)
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_three_ranks_stay_within_float_rounding_of_one_process_for_40_steps():
+    """The 1-vs-N tolerance holds beyond the first steps too (docs/hybrid_parallel.md, "N ranks vs one process")."""
+    three, one = repro_run(3, "first"), repro_single()
+    np.testing.assert_allclose(losses(three + "/run"), losses(one + "/run"), rtol=0, atol=TOLERANCE)
+    err, key = max_difference(checkpoint_arrays(three + "/ckpt"), checkpoint_arrays(one + "/ckpt"))
+    assert err < TOLERANCE, f"final weights differ from one process: {key} by {err}"
+
+
 @pytest.mark.multirank
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [3, 4])

@@ -5,8 +5,9 @@
 `<run_dir>/metrics.png`     loss and AUC over steps (written by `close()`)
 
 Progress goes to a tqdm bar on an interactive terminal and to plain periodic lines otherwise (logs
-of batch jobs stay readable; under a launcher such as mpirun, which forwards a pseudo-terminal, too). Only the primary rank logs: other ranks get a disabled logger. A resumed
-run appends to the same file; readers keep the last record per (kind, step).
+of batch jobs stay readable), also under a launcher such as mpirun, which forwards a pseudo-terminal.
+Only the primary rank logs: other ranks get a disabled logger. A resumed run appends to the same
+file; readers keep the last record per (kind, step).
 """
 from __future__ import annotations
 
