@@ -217,6 +217,8 @@ class AveragingTape:
 
         hvd = _require()
         grads = self._tape.gradient(target, sources)
+        if hvd.size() == 1:  # nothing to average; skips Horovod's cycle, as its own tape does
+            return list(grads), list(values)
         averaged = list(grads)
         dense_at = []
         for i, (grad, source) in enumerate(zip(grads, sources)):
