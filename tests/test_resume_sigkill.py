@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from dlrm.train import checkpoint
+from tests.multirank import finish, run_ranks, scratch_dir, start_ranks
+from tests.test_hybrid_parallel import REPRO_CHECKPOINT_EVERY, REPRO_STEPS, assert_same_bits, repro_command, repro_run
 from tests.test_rank_failure import _descendants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -95,17 +97,13 @@ def _sigkill_job(launcher) -> None:
 @pytest.mark.multirank
 @pytest.mark.slow
 def test_three_rank_job_sigkilled_then_restarted_gives_bit_identical_weights():
-    from tests.multirank import finish, run_ranks, scratch_dir, start_ranks
-    from tests.test_hybrid_parallel import REPRO_CHECKPOINT_EVERY, REPRO_STEPS, assert_same_bits, repro_command, \
-        repro_run
-
     uninterrupted = repro_run(3, "first")
     base = scratch_dir("repro3_killed_")
     command = repro_command(base)
     started = time.monotonic()
     launcher = start_ranks(3, command, result_dir=base)
     killed_at = _kill_after_checkpoint(launcher, base + "/ckpt", REPRO_CHECKPOINT_EVERY, lambda: _sigkill_job(launcher))
-    finish(launcher, TIMEOUT, started, base)
+    finish(launcher, TIMEOUT, started, base)  # reaps the launcher and drains its pipes
     assert REPRO_CHECKPOINT_EVERY <= killed_at < REPRO_STEPS
 
     resumed = run_ranks(3, command, timeout=TIMEOUT).check()  # the very same command
