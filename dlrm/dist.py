@@ -121,6 +121,8 @@ def alltoall(tensor, splits, name: Optional[str] = None):
 
 
 def allreduce_mean(tensor, name: Optional[str] = None):
+    """Rank mean. With 3+ ranks its float bits are reproducible only when no other float allreduce is in
+    flight at the same time (Horovod could fuse them); inside a training step use `distributed_tape`."""
     hvd = _require()
     return hvd.allreduce(tensor, op=hvd.Average, name=name)
 
@@ -177,22 +179,92 @@ def barrier() -> None:
         hvd.allreduce(tf.zeros([], tf.float32), op=hvd.Sum, name="dlrm_barrier").numpy()
 
 
-def distributed_tape(tape, model_parallel_variables: Sequence = ()):
-    """Wrap a GradientTape so data-parallel gradients are averaged over ranks.
+def distributed_tape(tape, model_parallel_variables: Sequence = ()) -> "AveragingTape":
+    """Wrap a GradientTape so data-parallel gradients are averaged over ranks, the same bits every run.
 
-    Model-parallel variables (embedding shards owned by this rank) are registered as local: they are
-    not allreduced, and their gradient is divided by the world size. Each rank's loss is
-    `sum(local BCE) * N / global_rows` (the local mean when the batch splits evenly), so the average
-    of the data-parallel gradients is the gradient of the global-batch mean, while a shard receives
-    the sum of every rank's loss gradient through the all-to-all, i.e. N x that gradient; dividing by
-    N makes it exactly the single-process gradient, also for an uneven last batch.
-    tests/test_hybrid_parallel.py checks this against one process.
+    Model-parallel variables (embedding shards owned by this rank) are not allreduced: their gradient
+    is divided by the world size. Each rank's loss is `sum(local BCE) * N / global_rows` (the local
+    mean when the batch splits evenly), so the average of the data-parallel gradients is the gradient
+    of the global-batch mean, while a shard receives the sum of every rank's loss gradient through the
+    all-to-all, i.e. N x that gradient; dividing by N makes it exactly the single-process gradient,
+    also for an uneven last batch. tests/test_hybrid_parallel.py checks this against one process.
     """
+    return AveragingTape(tape, model_parallel_variables)
+
+
+class AveragingTape:
+    """`gradient()` like Horovod's DistributedGradientTape, with a reduction whose bits do not depend on timing.
+
+    Horovod fuses the allreduces that are ready in one cycle into one buffer, and with 3 or more ranks
+    the sum of an element depends on its position in that buffer; which gradients share a cycle is a
+    matter of timing. So every dense gradient (and any scalar the step also averages, such as the
+    loss) goes into ONE flat buffer per dtype, reduced by one allreduce: its layout is fixed by the
+    variable order, and no other float allreduce is in flight during a step to be fused with it.
+    Sparse gradients of replicated tables are allgathered (no arithmetic across ranks).
+    """
+
+    def __init__(self, tape, model_parallel_variables: Sequence = ()):
+        self._tape = tape
+        self._local = {var.ref() for var in model_parallel_variables}
+
+    def gradient(self, target, sources):
+        grads, _ = self.gradient_and_means(target, sources, [])
+        return grads
+
+    def gradient_and_means(self, target, sources, values: Sequence):
+        """(averaged gradients of `target`, rank means of `values`); both travel in the same buffers."""
+        import tensorflow as tf
+
+        hvd = _require()
+        grads = self._tape.gradient(target, sources)
+        if hvd.size() == 1:  # nothing to average; skips Horovod's cycle, as its own tape does
+            return list(grads), list(values)
+        averaged = list(grads)
+        dense_at = []
+        for i, (grad, source) in enumerate(zip(grads, sources)):
+            if grad is None:
+                continue
+            if source.ref() in self._local:
+                averaged[i] = _divide(grad, hvd.size())
+            elif isinstance(grad, tf.IndexedSlices):
+                averaged[i] = hvd.allreduce(grad, op=hvd.Average)  # two allgathers, then / N
+            else:
+                dense_at.append(i)
+        means = average_in_fixed_buffers([grads[i] for i in dense_at] + list(values), name="dense_gradients")
+        for i, mean in zip(dense_at, means):
+            averaged[i] = mean
+        return averaged, means[len(dense_at):]
+
+
+def _divide(grad, world_size: int):
+    import tensorflow as tf
+
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / world_size, grad.indices, grad.dense_shape)
+    return grad / world_size
+
+
+def average_in_fixed_buffers(tensors: Sequence, name: str) -> list:
+    """Rank means of `tensors`: flattened and concatenated in the given order, one allreduce per dtype.
+
+    The buffers' layout depends only on the tensors' order and shapes (static), so each element is
+    summed in the same order in every run, whatever Horovod's fusion and cycle timing do.
+    """
+    import tensorflow as tf
+
     hvd = _require()
-    wrapped = hvd.DistributedGradientTape(tape, sparse_as_dense=False, scale_local_gradients=True)
-    for var in model_parallel_variables:
-        wrapped.register_local_source(var)
-    return wrapped
+    means = [None] * len(tensors)
+    by_dtype = {}
+    for i, tensor in enumerate(tensors):
+        by_dtype.setdefault(tensor.dtype, []).append(i)
+    for dtype, positions in by_dtype.items():
+        parts = [tensors[i] for i in positions]
+        flat = tf.concat([tf.reshape(part, [-1]) for part in parts], axis=0)
+        reduced = hvd.allreduce(flat, op=hvd.Average, name=f"{name}_{dtype.name}")
+        pieces = tf.split(reduced, [part.shape.num_elements() for part in parts])
+        for i, part, piece in zip(positions, parts, pieces):
+            means[i] = tf.reshape(piece, part.shape)
+    return means
 
 
 # What a collective raises when a peer rank died or stalled: Horovod's shutdown after the stall timeout or

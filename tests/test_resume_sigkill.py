@@ -1,5 +1,7 @@
 """A real `python main.py` killed with SIGKILL mid-run and restarted with the same command ends with
-bit-identical weights (and optimizer state) to a run that was never interrupted."""
+bit-identical weights (and optimizer state) to a run that was never interrupted: one process, and a
+3-rank `horovodrun` job whose every process is SIGKILLed (summation order over 3 ranks is fixed only
+because reductions are, see docs/hybrid_parallel.md "Reproducible reductions")."""
 import os
 import signal
 import subprocess
@@ -10,6 +12,9 @@ import numpy as np
 import pytest
 
 from dlrm.train import checkpoint
+from tests.multirank import finish, run_ranks, scratch_dir, start_ranks
+from tests.test_hybrid_parallel import REPRO_CHECKPOINT_EVERY, REPRO_STEPS, assert_same_bits, repro_command, repro_run
+from tests.test_rank_failure import _descendants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_STEPS = 100
@@ -41,6 +46,23 @@ def _latest_step(ckpt_root):
         return -1
 
 
+def _kill_after_checkpoint(process, ckpt_root: str, step: int, kill, pause: float = 0.0) -> int:
+    """Once `latest` reaches `step` (and `pause` s later), `kill()` the running job; returns `latest` then."""
+    try:
+        deadline = time.time() + TIMEOUT
+        while _latest_step(ckpt_root) < step and process.poll() is None and time.time() < deadline:
+            time.sleep(0.005)
+        time.sleep(pause)
+        assert process.poll() is None, "the run finished before it could be killed; make it longer"
+        kill()
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    return _latest_step(ckpt_root)
+
+
 @pytest.mark.slow
 def test_sigkill_then_restart_gives_bit_identical_weights(tmp_path):
     _run(_command(tmp_path, "uninterrupted"))  # also generates the dataset the second run reuses
@@ -48,19 +70,8 @@ def test_sigkill_then_restart_gives_bit_identical_weights(tmp_path):
     command = _command(tmp_path, "killed")
     ckpt_root = str(tmp_path / "killed" / "ckpt")
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + TIMEOUT
-        while _latest_step(ckpt_root) < 40 and process.poll() is None and time.time() < deadline:
-            time.sleep(0.005)
-        time.sleep(0.05)  # somewhere between two checkpoints (or inside one)
-        assert process.poll() is None, "the run finished before it could be killed; make it longer"
-        process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-    killed_at = _latest_step(ckpt_root)
+    killed_at = _kill_after_checkpoint(process, ckpt_root, 40, lambda: process.send_signal(signal.SIGKILL),
+                                       pause=0.05)  # somewhere between two checkpoints (or inside one)
     assert 40 <= killed_at < MAX_STEPS
 
     output = _run(command)  # the very same command
@@ -72,3 +83,29 @@ def test_sigkill_then_restart_gives_bit_identical_weights(tmp_path):
     different = [key for key in reference if not np.array_equal(reference[key], resumed[key])]
     assert different == []
     assert any(key == "t0/m" for key in reference)  # optimizer slots compared too
+
+
+def _sigkill_job(launcher) -> None:
+    """SIGKILL the launcher and every rank at once, as a lost node would (no rank gets to react)."""
+    for pid in [launcher.pid, *_descendants(launcher.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_three_rank_job_sigkilled_then_restarted_gives_bit_identical_weights():
+    uninterrupted = repro_run(3, "first")
+    base = scratch_dir("repro3_killed_")
+    command = repro_command(base)
+    started = time.monotonic()
+    launcher = start_ranks(3, command, result_dir=base)
+    killed_at = _kill_after_checkpoint(launcher, base + "/ckpt", REPRO_CHECKPOINT_EVERY, lambda: _sigkill_job(launcher))
+    finish(launcher, TIMEOUT, started, base)  # reaps the launcher and drains its pipes
+    assert REPRO_CHECKPOINT_EVERY <= killed_at < REPRO_STEPS
+
+    resumed = run_ranks(3, command, timeout=TIMEOUT).check()  # the very same command
+    assert f"restored {base}/ckpt/step_{killed_at:08d}" in resumed.stdout
+    assert_same_bits(base, uninterrupted)

@@ -5,8 +5,9 @@
 `<run_dir>/metrics.png`     loss and AUC over steps (written by `close()`)
 
 Progress goes to a tqdm bar on an interactive terminal and to plain periodic lines otherwise (logs
-of batch jobs stay readable). Only the primary rank logs: other ranks get a disabled logger. A resumed
-run appends to the same file; readers keep the last record per (kind, step).
+of batch jobs stay readable), also under a launcher such as mpirun, which forwards a pseudo-terminal.
+Only the primary rank logs: other ranks get a disabled logger. A resumed run appends to the same
+file; readers keep the last record per (kind, step).
 """
 from __future__ import annotations
 
@@ -27,6 +28,19 @@ def _json_value(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value
+
+
+def watched_terminal(stream: TextIO) -> bool:
+    """True when `stream` is a terminal a person watches, where a redrawn progress bar belongs.
+
+    Under a launcher it is not, even when `isatty()` says so: mpirun gives every rank a pseudo-terminal
+    and forwards it, prefixed per line, into its own output (often a pipe or a log file), where a bar
+    that redraws with carriage returns never becomes a line.
+    """
+    from dlrm import dist
+
+    is_terminal = hasattr(stream, "isatty") and stream.isatty()
+    return is_terminal and dist.launcher_world().source == "none"
 
 
 def _end_with_newline(path: str) -> None:
@@ -59,7 +73,7 @@ class MetricsLog:
 
             self._writer = tf.summary.create_file_writer(os.path.join(run_dir, TENSORBOARD_DIR))
         if use_tqdm is None:
-            use_tqdm = hasattr(self.stream, "isatty") and self.stream.isatty()
+            use_tqdm = watched_terminal(self.stream)
         self.use_tqdm = use_tqdm
         self._last_step = 0
 

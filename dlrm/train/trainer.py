@@ -244,9 +244,10 @@ def make_train_step(parts: Parts):
             loss = tf.reduce_sum(bce) * world_size / global_rows
             scaled = scale_loss(loss) if scale_loss is not None else loss
         tape = dist.distributed_tape(tape, model_parallel)
-        grads = tape.gradient(scaled, variables)
+        # The loss rides in the gradients' buffer: one fixed float allreduce per step (reproducible bits).
+        grads, (mean_loss,) = tape.gradient_and_means(scaled, variables, [loss])
         optimizer.apply(zip(grads, variables))
-        return dist.allreduce_mean(loss, name="train_loss")  # the global-batch mean, same on all ranks
+        return mean_loss  # the global-batch mean, same on all ranks
 
     return train_step
 
