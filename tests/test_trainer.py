@@ -82,8 +82,9 @@ def test_eval_and_inference_benchmark_modes(synthetic_dir, tmp_path):
 
 # The one message of a diverged run, whichever check fires first: the loss after a step, or the weights
 # before a checkpoint (on AVX2-only CPUs the loss tends to go NaN first, on AVX-512 ones the weights).
-DIVERGED = re.compile(r"^(training loss is \S+|weights are NaN/inf) at step (\d+): stopped without writing a checkpoint "
-                      r"\(lower --learning_rate or lengthen --warmup_steps, then restart\); last good checkpoint: (\S+)$")
+DIVERGED = re.compile(r"^(training loss is \S+|weights are NaN/inf) at step (\d+): stopped without writing a "
+                      r"checkpoint \(lower --learning_rate or lengthen --warmup_steps, then restart\); "
+                      r"last good checkpoint: (\S+)$")
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_path):
@@ -153,7 +154,9 @@ def test_loss_is_the_global_batch_mean_also_for_a_short_batch(synthetic_dir, tmp
         labels = (rng.random(rows) < 0.5).astype(np.float32)
         logits = parts.model(numerical, categorical).numpy()
         expected = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels, logits)).numpy()
-        assert float(step(numerical, categorical, labels, np.float32(rows))) == pytest.approx(expected, rel=1e-6)
+        # rel 1e-5: the traced step may fuse kernels the eager call does not (rounding differs with the CPU's
+        # vector width); a wrong denominator would be off by far more
+        assert float(step(numerical, categorical, labels, np.float32(rows))) == pytest.approx(expected, rel=1e-5)
     assert step.experimental_get_tracing_count() == 1  # no retrace for a new batch size
 
 
