@@ -151,5 +151,5 @@ def test_a_bad_row_on_one_rank_stops_both_ranks_at_one_step_with_a_checkpoint():
     errors = [line for line in output.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith("[1]<stderr>:error:") and f"row {bad_row}" in errors[0], errors
     assert checkpoint.find_checkpoint(root) == os.path.join(root, "step_00000005")
-    assert f"rank 1 could not read its data before step 6: stopping; checkpoint {root}/step_00000005 written" \
+    assert f"rank 1 could not read its data after step 5: stopping; checkpoint {root}/step_00000005 written" \
         in run.stdout

@@ -52,15 +52,15 @@ class StopAgreed(Exception):
 
     def final_error(self, where: str = "", checkpoint_note: str = "") -> BaseException:
         """What this rank raises once the checkpoint (if any) is written: its own error, PeerRankFailed or
-        Interrupted. `where` ("after step 12") and `checkpoint_note` go into the messages this module writes."""
-        if self.failed_rank is None:
-            return Interrupted(self.signal_number, "; ".join(filter(None, [
-                f"stopped by {signal_name(self.signal_number)} {where}".strip(), checkpoint_note])))
+        Interrupted. `where` ("after step 12") and `checkpoint_note` go into the messages built here."""
         if self.own_error is not None:
             return self.own_error
-        return PeerRankFailed(self.failed_rank, "; ".join(filter(None, [
-            f"stopped {where} because rank {self.failed_rank} failed (its message is above)".replace("  ", " "),
-            checkpoint_note])))
+        if self.failed_rank is None:
+            stopped = " ".join(filter(None, [f"stopped by {signal_name(self.signal_number)}", where]))
+            return Interrupted(self.signal_number, "; ".join(filter(None, [stopped, checkpoint_note])))
+        stopped = " ".join(filter(None, ["stopped", where, f"because rank {self.failed_rank} failed"]))
+        return PeerRankFailed(self.failed_rank, "; ".join(filter(None, [f"{stopped} (its message is above)",
+                                                                        checkpoint_note])))
 
 
 def _agree(error: Optional[BaseException], signal_number: Optional[int]) -> None:
@@ -90,7 +90,7 @@ def next_together(items: Iterator, signal_number: Optional[int] = None):
 
 def read_together(batches: Iterable) -> Iterator:
     """Iterate `batches` in step with the other ranks (evaluation): when one rank cannot read its next
-    batch, it raises its error and the others PeerRankFailed, instead of blocking in a collective."""
+    batch, every rank raises StopAgreed at the same batch instead of some blocking in a collective."""
     iterator = iter(batches)
     try:
         while True:
@@ -98,8 +98,6 @@ def read_together(batches: Iterable) -> Iterator:
                 item = next_together(iterator)
             except StopIteration:
                 return
-            except StopAgreed as agreed:
-                raise agreed.final_error() from None
             yield item
     finally:
         close = getattr(iterator, "close", None)

@@ -224,7 +224,8 @@ def evaluate(parts: Parts, predict_step) -> Tuple[float, float]:
 
     data = parts.config.data
     reader = make_reader(parts, data.test_mapping, data.eval_batch_size)
-    labels, logits = predict_batches(predict_step, stopping.read_together(reader))  # no rank left waiting
+    # raises StopAgreed on every rank at once if one cannot read a batch: no rank is left in a collective
+    labels, logits = predict_batches(predict_step, stopping.read_together(reader))
     # Every rank gets every prediction and scores them: the same numbers everywhere, no broadcast.
     labels = dist.allgather(tf.constant(labels), name="eval_labels").numpy()
     logits = dist.allgather(tf.constant(logits), name="eval_logits").numpy()
@@ -352,7 +353,8 @@ def _stop(agreed: stopping.StopAgreed, step: int, checkpoints: Checkpoints, log:
     """Checkpoint the last good state on every rank, say so, and return what this rank raises."""
     note = checkpoints.save_before_stopping(step)
     log.event("stopped", step, reason=agreed.reason())
-    log.message(f"{agreed.reason()} before step {step + 1}: stopping; {note}")
+    if agreed.failed_rank is not None:  # the error's own message does not say what was saved
+        log.message(f"{agreed.reason()} after step {step}: stopping; {note}")
     return agreed.final_error(f"after step {step}", note)
 
 
@@ -419,9 +421,12 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
             paused = time.perf_counter()  # evaluation and checkpoints do not count in samples/s
             if cfg.train.eval_every_steps and step % cfg.train.eval_every_steps == 0:
                 try:
-                    run_eval(step)  # a rank that cannot read its test data fails on every rank alike
+                    run_eval(step)
+                except stopping.StopAgreed as agreed:  # a rank could not read its test data: all are here
+                    raise _stop(agreed, step, checkpoints, log) from None
                 except Exception:
-                    checkpoints.save_before_stopping(step)
+                    if dist.size() == 1:  # with N ranks the others may be inside a collective: no checkpoint
+                        checkpoints.save_before_stopping(step)
                     raise
             if checkpoints.due(step):
                 checkpoints.save(step)
@@ -431,9 +436,9 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
         result.checkpoint = checkpoints.save_final(step)  # before the final evaluation: a bad test row loses nothing
         try:
             stop_requests.check()  # a signal during the last step: the final evaluation is left to the rerun
+            run_eval(step)
         except stopping.StopAgreed as agreed:
             raise _stop(agreed, step, checkpoints, log) from None
-        run_eval(step)
     result.step, result.seconds = step, seconds
     trained_rows += window_rows
     result.samples_per_sec = trained_rows / seconds if seconds > 0 and trained_rows else None
@@ -482,7 +487,10 @@ def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes_auc: Optional[float
     dense, _, held = parts.checkpoint_variables(with_optimizer=False)
     meta = checkpoint.restore_checkpoint(source, dense, held, model_shape=parts.model_shape(), strict=False)
     started = time.perf_counter()
-    auc, logloss = evaluate(parts, make_predict_step(parts.model))
+    try:
+        auc, logloss = evaluate(parts, make_predict_step(parts.model))
+    except stopping.StopAgreed as agreed:
+        raise agreed.final_error() from None
     step = int(meta["step"])
     log.eval(step, auc, logloss, **({"bayes_auc": bayes_auc} if bayes_auc else {}))
     return RunResult(mode="eval", step=step, auc=auc, logloss=logloss, bayes_auc=bayes_auc, checkpoint=source,
