@@ -5,6 +5,9 @@ dataset, builds the parts, restores a checkpoint if there is one, then runs the 
 The same code runs with one process and with N ranks; the rank-dependent pieces are the embedding
 layer (`build_embeddings`), the per-rank slice of each batch (the reader), and `dist.distributed_tape`.
 
+Before every step the ranks agree whether to go on (`dlrm.train.stopping`): on a signal or a batch that
+cannot be read, all of them checkpoint the last good state and stop at the same step.
+
 The loss on each rank is `sum(BCE over its rows) * world_size / global_rows` (docs/contracts.md): the
 ranks' gradients then average to the gradient of the global-batch mean, also for a short last batch.
 """
@@ -358,7 +361,22 @@ def _stop(agreed: stopping.StopAgreed, step: int, checkpoints: Checkpoints, log:
     return agreed.final_error(f"after step {step}", note)
 
 
+def _evaluate_between_steps(run_eval, step: int, checkpoints: Checkpoints, log: MetricsLog) -> None:
+    """Evaluate after `step`; if that fails, checkpoint the training done so far where it is safe."""
+    try:
+        run_eval(step)
+    except stopping.StopAgreed as agreed:  # a rank could not read its test data: every rank is here
+        raise _stop(agreed, step, checkpoints, log) from None
+    except Exception:
+        if dist.size() == 1:  # with N ranks the others may be inside a collective: no checkpoint
+            checkpoints.save_before_stopping(step)
+        raise
+
+
 def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
+    """Restore if there is a checkpoint, run the steps (evaluating and checkpointing between them), write
+    the final checkpoint, then evaluate. Raises NonFiniteLossError, Interrupted (a signal), the error of a
+    batch that could not be read, or PeerRankFailed (another rank's error), each after saving what it can."""
     cfg = parts.config
     from dlrm.train.evaluate import make_predict_step
 
@@ -420,14 +438,7 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
                 break
             paused = time.perf_counter()  # evaluation and checkpoints do not count in samples/s
             if cfg.train.eval_every_steps and step % cfg.train.eval_every_steps == 0:
-                try:
-                    run_eval(step)
-                except stopping.StopAgreed as agreed:  # a rank could not read its test data: all are here
-                    raise _stop(agreed, step, checkpoints, log) from None
-                except Exception:
-                    if dist.size() == 1:  # with N ranks the others may be inside a collective: no checkpoint
-                        checkpoints.save_before_stopping(step)
-                    raise
+                _evaluate_between_steps(run_eval, step, checkpoints, log)
             if checkpoints.due(step):
                 checkpoints.save(step)
             window_start += time.perf_counter() - paused
@@ -542,7 +553,8 @@ def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
 # ------------------------------------------------------------------------------------------ entry
 
 def run(config: Config) -> RunResult:
-    """Set up, then run `config.train.mode`. Raises NonFiniteLossError / CheckpointError on failure."""
+    """Set up, then run `config.train.mode`. Raises a UserError (NonFiniteLossError, CheckpointError, DataError,
+    Interrupted, PeerRankFailed, ...) on failure."""
     configure_tensorflow(config.train)
     dist.init()
     log = MetricsLog(config.train.run_dir, enabled=dist.rank() == 0)
