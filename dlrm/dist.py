@@ -302,3 +302,17 @@ def allgather_object(obj, name: str = "dlrm_allgather_object") -> list:
     gathered = hvd.allgather(tf.constant(data), name=f"{name}.bytes").numpy().tobytes()
     ends = np.cumsum(sizes)
     return [json.loads(gathered[end - size:end].decode("utf-8")) for size, end in zip(sizes, ends)]
+
+
+def max_over_ranks(value: int, name: Optional[str] = None) -> int:
+    """The largest of the ranks' integer `value`s, on every rank (one scalar allreduce; none with one rank).
+
+    For decisions all ranks must take together from what only some of them know, e.g. whether any
+    rank wants to stop at this step boundary.
+    """
+    hvd = _require()
+    if hvd.size() == 1:
+        return int(value)
+    import tensorflow as tf
+
+    return int(hvd.allreduce(tf.constant(value, tf.int32), op=hvd.Max, name=name).numpy())

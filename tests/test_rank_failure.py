@@ -124,3 +124,34 @@ def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable
                           "--run_dir", os.path.join(work, "eval")], timeout=240)
     restore.check()
     assert f"at step {step}" in restore.stdout + restore.stderr
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+@pytest.mark.parametrize("mapping, bad_row", [("train", 5 * 16 + 12), ("test", 40)])
+def test_a_bad_row_on_one_rank_stops_both_ranks_at_one_step_with_a_checkpoint(mapping, bad_row):
+    """Rank 1 cannot read its slice of the training batch of step 6 (rows 8..15 of each batch of 16), or of
+    the evaluation after step 5 (rows 32..63 of the batch of 64): at that step boundary both ranks write
+    the checkpoint of step 5; rank 1 reports the row, rank 0 stops as PeerRankFailed (no second message)."""
+    from dlrm.data.synthetic import generate_dataset
+    from dlrm.train import checkpoint
+    from tests.multirank import run_ranks
+    from tests.test_bad_input import poke
+
+    work = scratch_dir("bad_row_")
+    dataset = os.path.join(work, "data")
+    generate_dataset(dataset, CARDINALITIES, 2_000, 64, seed=4)
+    poke(os.path.join(dataset, mapping, "label.bin"), "uint8", bad_row, 7)
+    root = os.path.join(work, "ckpt")
+    flags = train_flags(dataset, "adagrad", os.path.join(work, "run"), root, global_batch=16)
+    run = run_ranks(2, ["main.py", *flags, "--max_steps", "20", "--eval_every", "5"], timeout=120)
+    assert not run.timed_out and run.returncode != 0
+    output = run.stdout + run.stderr
+    # rank 0 exits 1 too, unless horovodrun, seeing rank 1 exit first, terminates it (143) on its way out
+    assert "Process 1 exit with status code 1." in output, output[-3000:]
+    errors = [line for line in output.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("[1]<stderr>:error:") and f"row {bad_row}" in errors[0], errors
+    assert os.path.join(mapping, "label.bin") in errors[0]
+    assert checkpoint.find_checkpoint(root) == os.path.join(root, "step_00000005")
+    assert f"rank 1 could not read its data after step 5: stopping; checkpoint {root}/step_00000005 written" \
+        in run.stdout
