@@ -193,3 +193,17 @@ def distributed_tape(tape, model_parallel_variables: Sequence = ()):
     for var in model_parallel_variables:
         wrapped.register_local_source(var)
     return wrapped
+
+
+def max_over_ranks(value: int, name: Optional[str] = None) -> int:
+    """The largest of the ranks' integer `value`s, on every rank (one scalar allreduce; none with one rank).
+
+    For decisions all ranks must take together from what only some of them know, e.g. whether any
+    rank wants to stop at this step boundary.
+    """
+    hvd = _require()
+    if hvd.size() == 1:
+        return int(value)
+    import tensorflow as tf
+
+    return int(hvd.allreduce(tf.constant(value, tf.int32), op=hvd.Max, name=name).numpy())

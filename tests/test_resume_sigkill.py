@@ -1,5 +1,8 @@
 """A real `python main.py` killed with SIGKILL mid-run and restarted with the same command ends with
-bit-identical weights (and optimizer state) to a run that was never interrupted."""
+bit-identical weights (and optimizer state) to a run that was never interrupted.
+
+The helpers here (`main_command`, `run_main`, `latest_step`, `assert_same_final_weights`) also serve
+tests/test_signals.py, which stops the same run with SIGTERM / SIGINT instead."""
 import os
 import signal
 import subprocess
@@ -22,18 +25,20 @@ FLAGS = ["--synthetic_train_rows", "15900", "--synthetic_test_rows", "2048", "--
 TIMEOUT = 240
 
 
-def _command(tmp_path, name):
+def main_command(tmp_path, name, *extra):
+    """The main.py command of run `name` (its own run and checkpoint directories; the dataset is shared)."""
     return [sys.executable, os.path.join(ROOT, "main.py"), "--synthetic_dir", str(tmp_path / "data"),
-            "--run_dir", str(tmp_path / name / "run"), "--save_checkpoint_path", str(tmp_path / name / "ckpt")] + FLAGS
+            "--run_dir", str(tmp_path / name / "run"),
+            "--save_checkpoint_path", str(tmp_path / name / "ckpt")] + FLAGS + list(extra)
 
 
-def _run(command):
+def run_main(command):
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
 
-def _latest_step(ckpt_root):
+def latest_step(ckpt_root):
     try:
         with open(os.path.join(ckpt_root, "latest")) as f:
             return int(f.read().strip().split("_")[1])
@@ -41,16 +46,26 @@ def _latest_step(ckpt_root):
         return -1
 
 
+def assert_same_final_weights(reference_root, resumed_root, step=MAX_STEPS):
+    """Every array of both final checkpoints (weights and optimizer slots) is bit-identical."""
+    reference = checkpoint.read_arrays(os.path.join(reference_root, f"step_{step:08d}"))
+    resumed = checkpoint.read_arrays(os.path.join(resumed_root, f"step_{step:08d}"))
+    assert len(reference) > 20 and reference.keys() == resumed.keys()
+    different = [key for key in reference if not np.array_equal(reference[key], resumed[key])]
+    assert different == []
+    assert any(key.startswith("t") and not key.endswith("/value") for key in reference)  # optimizer slots too
+
+
 @pytest.mark.slow
 def test_sigkill_then_restart_gives_bit_identical_weights(tmp_path):
-    _run(_command(tmp_path, "uninterrupted"))  # also generates the dataset the second run reuses
+    run_main(main_command(tmp_path, "uninterrupted"))  # also generates the dataset the second run reuses
 
-    command = _command(tmp_path, "killed")
+    command = main_command(tmp_path, "killed")
     ckpt_root = str(tmp_path / "killed" / "ckpt")
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + TIMEOUT
-        while _latest_step(ckpt_root) < 40 and process.poll() is None and time.time() < deadline:
+        while latest_step(ckpt_root) < 40 and process.poll() is None and time.time() < deadline:
             time.sleep(0.005)
         time.sleep(0.05)  # somewhere between two checkpoints (or inside one)
         assert process.poll() is None, "the run finished before it could be killed; make it longer"
@@ -60,15 +75,9 @@ def test_sigkill_then_restart_gives_bit_identical_weights(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-    killed_at = _latest_step(ckpt_root)
+    killed_at = latest_step(ckpt_root)
     assert 40 <= killed_at < MAX_STEPS
 
-    output = _run(command)  # the very same command
+    output = run_main(command)  # the very same command
     assert f"restored {ckpt_root}/step_{killed_at:08d}" in output
-
-    reference = checkpoint.read_arrays(str(tmp_path / "uninterrupted" / "ckpt" / f"step_{MAX_STEPS:08d}"))
-    resumed = checkpoint.read_arrays(os.path.join(ckpt_root, f"step_{MAX_STEPS:08d}"))
-    assert len(reference) > 20 and reference.keys() == resumed.keys()
-    different = [key for key in reference if not np.array_equal(reference[key], resumed[key])]
-    assert different == []
-    assert any(key == "t0/m" for key in reference)  # optimizer slots compared too
+    assert_same_final_weights(str(tmp_path / "uninterrupted" / "ckpt"), ckpt_root)

@@ -78,6 +78,12 @@ def test_eval_and_inference_benchmark_modes(synthetic_dir, tmp_path):
              "--top_mlp_dims", "32-1")
 
 
+# The one message of a diverged run, whichever check fires first: the loss after a step, or the weights
+# before a checkpoint (on AVX2-only CPUs the loss tends to go NaN first, on AVX-512 ones the weights).
+DIVERGED = re.compile(r"^(training loss is \S+|weights are NaN/inf) at step (\d+): stopped without writing a checkpoint "
+                      r"\(lower --learning_rate or lengthen --warmup_steps, then restart\); last good checkpoint: (\S+)$")
+
+
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_path):
     ckpt_dir = str(tmp_path / "ckpt")
     with pytest.raises(trainer.NonFiniteLossError) as error:
@@ -85,11 +91,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_pa
         _run(synthetic_dir, tmp_path, "--optimizer", "sgd", "--learning_rate", "1e37", "--warmup_steps", "4",
              "--decay_steps", "0", "--max_steps", "12", "--checkpoint_every", "1", "--keep_checkpoints", "20",
              "--save_checkpoint_path", ckpt_dir)
-    message = str(error.value)
-    match = re.search(r"(?:loss is \S+|weights are NaN/inf) at step (\d+): stopped without writing a checkpoint; "
-                      r"last good checkpoint: (\S+)$", message)
-    assert match, message
-    failed_at, last_good = int(match.group(1)), match.group(2)
+    match = DIVERGED.match(str(error.value))
+    assert match, str(error.value)
+    failed_at, last_good = int(match.group(2)), match.group(3)
     assert 1 < failed_at < 12
     assert checkpoint.find_checkpoint(ckpt_dir) == last_good == os.path.join(ckpt_dir, f"step_{failed_at - 1:08d}")
     assert checkpoint.complete_checkpoints(ckpt_dir)[-1] == f"step_{failed_at - 1:08d}"
@@ -97,6 +101,27 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_pa
         assert all(np.isfinite(a).all() for a in checkpoint.read_arrays(os.path.join(ckpt_dir, name)).values())
     stopped = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "stopped"]
     assert [r["step"] for r in stopped] == [failed_at]
+
+
+@pytest.mark.parametrize("poisoned, check", [("weights", "training loss is nan"),
+                                             ("adam_m", "weights are NaN/inf")])
+def test_both_divergence_checks_give_one_message(synthetic_dir, tmp_path, poisoned, check):
+    """Each check forced in turn, on any CPU: a NaN weight makes the next loss NaN; a NaN Adam moment
+    leaves the loss finite but makes the weights NaN, found before the next checkpoint."""
+    ckpt_dir = tmp_path / "ckpt"
+    flags = ["--optimizer", "adam", "--learning_rate", "0.01", "--checkpoint_every", "1",
+             "--save_checkpoint_path", str(ckpt_dir)]
+    _run(synthetic_dir, tmp_path, "--max_steps", "2", *flags)
+    dense = ckpt_dir / "step_00000002" / "dense"
+    suffix = ".m.npy" if poisoned == "adam_m" else "bias.npy"  # the last bias adds to the logit directly
+    target = sorted(name for name in os.listdir(dense) if name.endswith(suffix))[-1]
+    np.save(dense / target, np.full_like(np.load(dense / target), np.nan))
+    with pytest.raises(trainer.NonFiniteLossError) as error:
+        _run(synthetic_dir, tmp_path, "--max_steps", "4", *flags)
+    match = DIVERGED.match(str(error.value))
+    assert match, str(error.value)
+    assert match.groups() == (match.group(1), "3", str(ckpt_dir / "step_00000002"))
+    assert match.group(1).startswith(check)
 
 
 def test_reader_gets_the_configured_decode_threads_and_prefetch(synthetic_dir):

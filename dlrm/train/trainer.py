@@ -23,7 +23,7 @@ import tensorflow as tf
 from dlrm import dist
 from dlrm.config import Config, DataConfig, TrainConfig
 from dlrm.errors import UserError
-from dlrm.train import checkpoint
+from dlrm.train import checkpoint, stopping
 from dlrm.train.metrics_log import MetricsLog
 
 
@@ -224,7 +224,7 @@ def evaluate(parts: Parts, predict_step) -> Tuple[float, float]:
 
     data = parts.config.data
     reader = make_reader(parts, data.test_mapping, data.eval_batch_size)
-    labels, logits = predict_batches(predict_step, reader)
+    labels, logits = predict_batches(predict_step, stopping.read_together(reader))  # no rank left waiting
     # Every rank gets every prediction and scores them: the same numbers everywhere, no broadcast.
     labels = dist.allgather(tf.constant(labels), name="eval_labels").numpy()
     logits = dist.allgather(tf.constant(logits), name="eval_logits").numpy()
@@ -263,30 +263,97 @@ def _all_finite(variables) -> bool:
     return bool(dist.all_ranks_true(tf.reduce_all(checks), name="finite").numpy())
 
 
-def _save(parts: Parts, step: int, steps_per_epoch: int, log: MetricsLog, last_checkpoint: Optional[str]) -> str:
-    """Write checkpoint `step`, unless a weight went NaN/inf (then the last good one stays current)."""
-    cfg = parts.config
-    dense, stored, _ = parts.checkpoint_variables(with_optimizer=True)
-    if not _all_finite(list(dense.values()) + [v for _, slots in stored for v in slots.values()]):
-        log.event("stopped", step, reason="non-finite weights")
-        raise NonFiniteLossError(f"weights are NaN/inf at step {step}: stopped without writing a checkpoint; "
-                                 f"last good checkpoint: {last_checkpoint or 'none'}")
-    epoch, batch = divmod(step, steps_per_epoch)
-    plan = getattr(parts.embeddings, "plan", None)
-    meta = {
-        "world_size": dist.size(),
-        "model_shape": dict(parts.model_shape(), optimizer=cfg.optimizer.optimizer),
-        "optimizer": {"name": cfg.optimizer.optimizer, "iterations": step},
-        "schedule": {"step": step, "lr": parts.optimizer.schedule.value_at(step)},
-        "reader": {"epoch": epoch, "batch": batch, "steps_per_epoch": steps_per_epoch},
-        "rng": {"seed": cfg.train.seed, "model_seed": cfg.model.seed},
-        "plan": plan.to_dict() if hasattr(plan, "to_dict") else None,
-        "config": cfg.to_dict(),
-    }
-    path = checkpoint.save_checkpoint(cfg.train.save_checkpoint_path, step, dense, stored, meta,
-                                      keep=cfg.train.keep_checkpoints, comm=checkpoint.Collectives.from_dist())
-    log.event("checkpoint", step, path=path)
-    return path
+def non_finite_error(what: str, step: int, last_checkpoint: Optional[str]) -> NonFiniteLossError:
+    """The one message for a diverged run, whichever check saw it first (the loss after a step, or the
+    weights before a checkpoint: which comes first depends on the CPU's kernels)."""
+    return NonFiniteLossError(f"{what} at step {step}: stopped without writing a checkpoint (lower "
+                              f"--learning_rate or lengthen --warmup_steps, then restart); last good checkpoint: "
+                              f"{last_checkpoint or 'none'}")
+
+
+class Checkpoints:
+    """Writes this run's checkpoints and remembers the last good one (what a stopped run points to)."""
+
+    def __init__(self, parts: Parts, steps_per_epoch: int, log: MetricsLog, last: Optional[str] = None,
+                 last_step: Optional[int] = None):
+        self.parts, self.steps_per_epoch, self.log = parts, steps_per_epoch, log
+        self.root = parts.config.train.save_checkpoint_path
+        self.last, self.last_step = last, last_step
+
+    def due(self, step: int) -> bool:
+        every = self.parts.config.train.checkpoint_every_steps
+        return bool(self.root and every and step % every == 0)
+
+    def save(self, step: int) -> str:
+        """Write checkpoint `step`, unless a weight went NaN/inf (then the last good one stays current)."""
+        if not self._weights_finite():
+            self.log.event("stopped", step, reason="non-finite weights")
+            raise non_finite_error("weights are NaN/inf", step, self.last)
+        self.last, self.last_step = self._write(step), step
+        return self.last
+
+    def save_final(self, step: int) -> Optional[str]:
+        """The end-of-training checkpoint (kept if this step was already written, e.g. resumed at the end)."""
+        if not self.root:
+            return self.last
+        final = os.path.join(self.root, checkpoint.step_dir_name(step))
+        if checkpoint.find_checkpoint(final) is None:
+            return self.save(step)
+        self.last, self.last_step = final, step
+        return final
+
+    def save_before_stopping(self, step: int) -> str:
+        """Checkpoint the state after `step` on the way out; returns a note for the user saying what was
+        saved. Every rank must call it (the write is collective)."""
+        if not self.root:
+            return "no checkpoint written (no --save_checkpoint_path)"
+        if self.last_step != step:
+            if not self._weights_finite():
+                return f"weights are NaN/inf, no checkpoint written; last good checkpoint: {self.last or 'none'}"
+            self.last, self.last_step = self._write(step), step
+        return f"checkpoint {self.last} written; run the same command again to resume from it"
+
+    def _weights_finite(self) -> bool:
+        dense, stored, _ = self.parts.checkpoint_variables(with_optimizer=True)
+        return _all_finite(list(dense.values()) + [v for _, slots in stored for v in slots.values()])
+
+    def _write(self, step: int) -> str:
+        parts, cfg = self.parts, self.parts.config
+        dense, stored, _ = parts.checkpoint_variables(with_optimizer=True)
+        epoch, batch = divmod(step, self.steps_per_epoch)
+        plan = getattr(parts.embeddings, "plan", None)
+        meta = {
+            "world_size": dist.size(),
+            "model_shape": dict(parts.model_shape(), optimizer=cfg.optimizer.optimizer),
+            "optimizer": {"name": cfg.optimizer.optimizer, "iterations": step},
+            "schedule": {"step": step, "lr": parts.optimizer.schedule.value_at(step)},
+            "reader": {"epoch": epoch, "batch": batch, "steps_per_epoch": self.steps_per_epoch,
+                       "global_batch_size": cfg.data.global_batch_size},
+            "rng": {"seed": cfg.train.seed, "model_seed": cfg.model.seed},
+            "plan": plan.to_dict() if hasattr(plan, "to_dict") else None,
+            "config": cfg.to_dict(),
+        }
+        path = checkpoint.save_checkpoint(self.root, step, dense, stored, meta, keep=cfg.train.keep_checkpoints,
+                                          comm=checkpoint.Collectives.from_dist())
+        self.log.event("checkpoint", step, path=path)
+        return path
+
+
+def _training_batches(reader, step: int, steps_per_epoch: int):
+    """The batches for steps `step + 1, step + 2, ...`, epoch after epoch (resumes mid-epoch)."""
+    while True:
+        with contextlib.closing(reader.iter_from(step % steps_per_epoch)) as batches:  # close stops prefetch
+            for batch in batches:
+                step += 1
+                yield batch
+
+
+def _stop(agreed: stopping.StopAgreed, step: int, checkpoints: Checkpoints, log: MetricsLog) -> BaseException:
+    """Checkpoint the last good state on every rank, say so, and return what this rank raises."""
+    note = checkpoints.save_before_stopping(step)
+    log.event("stopped", step, reason=agreed.reason())
+    log.message(f"{agreed.reason()} before step {step + 1}: stopping; {note}")
+    return agreed.final_error(f"after step {step}", note)
 
 
 def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
@@ -301,17 +368,10 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
                          f"{cfg.data.global_batch_size} rows")
     total_steps = cfg.train.max_steps or math.ceil(cfg.train.epochs * steps_per_epoch)
 
-    step, last_checkpoint = 0, None
-    source = _restore_source(cfg.train)
+    step, source = 0, _restore_source(cfg.train)
     if source:
-        dense, _, held = parts.checkpoint_variables(with_optimizer=True)
-        meta = checkpoint.restore_checkpoint(source, dense, held, strict=True,
-                                             model_shape=dict(parts.model_shape(), optimizer=cfg.optimizer.optimizer))
-        step, last_checkpoint = int(meta["step"]), source
-        if int(parts.optimizer.iterations.numpy()) != step:
-            raise checkpoint.CheckpointError(f"{source}: optimizer iterations {parts.optimizer.iterations.numpy()} "
-                                             f"!= step {step}")
-        log.message(f"restored {source} (step {step}, written by {meta['world_size']} rank(s))")
+        step = _restore_for_training(parts, source, steps_per_epoch, log)
+    checkpoints = Checkpoints(parts, steps_per_epoch, log, last=source, last_step=step if source else None)
     log.start(total_steps, step)
     if reader.rows_skipped:  # --partial_batch drop: say how many rows are never trained on
         log.event("rows_skipped", step, rows=reader.rows_skipped, per="epoch")
@@ -320,7 +380,7 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
 
     train_step = make_train_step(parts)
     predict_step = make_predict_step(parts.model)
-    result = RunResult(mode="train", step=step, bayes_auc=bayes_auc, checkpoint=last_checkpoint)
+    result = RunResult(mode="train", step=step, bayes_auc=bayes_auc, checkpoint=source)
     started = window_start = time.perf_counter()
     window_rows = trained_rows = window_steps = 0
     window_loss = 0.0
@@ -330,9 +390,13 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
         extra = {"bayes_auc": bayes_auc} if bayes_auc else {}
         log.eval(at_step, result.auc, result.logloss, **extra)
 
-    while step < total_steps:
-        batches = reader.iter_from(step % steps_per_epoch)  # resumes mid-epoch after a restore
-        for batch in batches:
+    batches = _training_batches(reader, step, steps_per_epoch)
+    with contextlib.closing(batches), stopping.StopRequests(announce=dist.rank() == 0) as stop_requests:
+        while step < total_steps:
+            try:
+                batch = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop together
+            except stopping.StopAgreed as agreed:
+                raise _stop(agreed, step, checkpoints, log) from None
             loss = float(train_step(batch.numerical, batch.categorical, batch.label,
                                     np.float32(batch.global_rows)))
             step += 1
@@ -341,10 +405,7 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
             window_steps += 1
             if not math.isfinite(loss):
                 log.event("stopped", step, reason="non-finite loss", loss=loss)
-                raise NonFiniteLossError(
-                    f"training loss is {loss} at step {step}: stopped without writing a checkpoint; "
-                    f"last good checkpoint: {last_checkpoint or 'none'} (lower --learning_rate or "
-                    f"--warmup_steps longer, then restart)")
+                raise non_finite_error(f"training loss is {loss}", step, checkpoints.last)
             if step % cfg.train.log_every_steps == 0 or step == total_steps:
                 now = time.perf_counter()
                 samples_per_sec = window_rows / max(now - window_start, 1e-9)
@@ -357,25 +418,58 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
                 break
             paused = time.perf_counter()  # evaluation and checkpoints do not count in samples/s
             if cfg.train.eval_every_steps and step % cfg.train.eval_every_steps == 0:
-                run_eval(step)
-            if (cfg.train.save_checkpoint_path and cfg.train.checkpoint_every_steps
-                    and step % cfg.train.checkpoint_every_steps == 0):
-                last_checkpoint = _save(parts, step, steps_per_epoch, log, last_checkpoint)
+                try:
+                    run_eval(step)  # a rank that cannot read its test data fails on every rank alike
+                except Exception:
+                    checkpoints.save_before_stopping(step)
+                    raise
+            if checkpoints.due(step):
+                checkpoints.save(step)
             window_start += time.perf_counter() - paused
-        batches.close()  # stops the reader's prefetch threads when leaving mid-epoch
 
-    seconds = time.perf_counter() - started
-    run_eval(step)
-    final = cfg.train.save_checkpoint_path and os.path.join(cfg.train.save_checkpoint_path,
-                                                            checkpoint.step_dir_name(step))
-    if final and checkpoint.find_checkpoint(final) is None:  # not already written (e.g. resumed at the end)
-        last_checkpoint = _save(parts, step, steps_per_epoch, log, last_checkpoint)
-    elif final:
-        last_checkpoint = final
-    result.step, result.checkpoint, result.seconds = step, last_checkpoint, seconds
+        seconds = time.perf_counter() - started
+        result.checkpoint = checkpoints.save_final(step)  # before the final evaluation: a bad test row loses nothing
+        try:
+            stop_requests.check()  # a signal during the last step: the final evaluation is left to the rerun
+        except stopping.StopAgreed as agreed:
+            raise _stop(agreed, step, checkpoints, log) from None
+        run_eval(step)
+    result.step, result.seconds = step, seconds
     trained_rows += window_rows
     result.samples_per_sec = trained_rows / seconds if seconds > 0 and trained_rows else None
     return result
+
+
+def _restore_for_training(parts: Parts, source: str, steps_per_epoch: int, log: MetricsLog) -> int:
+    """Restore weights and optimizer state from `source`; returns its step."""
+    cfg = parts.config
+    dense, _, held = parts.checkpoint_variables(with_optimizer=True)
+    meta = checkpoint.restore_checkpoint(source, dense, held, strict=True,
+                                         model_shape=dict(parts.model_shape(), optimizer=cfg.optimizer.optimizer))
+    step = int(meta["step"])
+    if int(parts.optimizer.iterations.numpy()) != step:
+        raise checkpoint.CheckpointError(f"{source}: optimizer iterations {parts.optimizer.iterations.numpy()} "
+                                         f"!= step {step}")
+    _check_same_global_batch(meta, source, cfg.data.global_batch_size, step)
+    log.message(f"restored {source} (step {step}, written by {meta['world_size']} rank(s))")
+    return step
+
+
+def _check_same_global_batch(meta: dict, source: str, global_batch_size: int, step: int) -> None:
+    """Refuse to resume with another --global_batch_size: the data position and the learning-rate schedule
+    are counted in steps, so the same step means other rows and another point of the schedule.
+
+    Checkpoints written before the field existed carry it in their saved configuration; one with neither
+    is accepted (nothing to compare with).
+    """
+    saved = meta.get("reader", {}).get("global_batch_size")
+    if saved is None:
+        saved = meta.get("config", {}).get("data", {}).get("global_batch_size")
+    if saved is not None and int(saved) != global_batch_size:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {source} was written with --global_batch_size {saved}, this run uses {global_batch_size}: "
+            f"its step {step} and learning-rate schedule count batches of {saved} rows. Resume with "
+            f"--global_batch_size {saved}, or use another --save_checkpoint_path to start a new run")
 
 
 def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
