@@ -248,6 +248,7 @@ def test_requeued_job_checkpoints_on_sigterm_and_resumes_from_that_step(slurm_cl
     # the batch script ran twice (appending to its output), the second time with the checkpoint
     batch_log = requeued["out"].read_text()
     assert "restart 0:" in batch_log and "restart 1:" in batch_log, batch_log
+    assert f"job {requeued['id']}: SIGTERM" in batch_log, batch_log
     # the ranks stopped on Slurm's SIGTERM at a step boundary no earlier than what was logged or
     # checkpointed when the requeue was sent, and checkpointed that very step ...
     stops = stop_records(requeued["dir"])
@@ -297,7 +298,9 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(slurm_cluster, time
     report = job_report(slurm_cluster, job["dir"], job["out"])
     # the warning reached the batch script, which forwarded it and requeued the job
     batch_log = job["out"].read_text()
-    assert f"job {job['id']}: SIGUSR1" in batch_log and "requeueing" in batch_log, batch_log
+    assert f"job {job['id']}: SIGUSR1" in batch_log, batch_log
+    # every rank exited with 128 + SIGUSR1 by itself (none was ended by the launcher)
+    assert "the ranks stopped (status 138) after the warning; requeueing" in batch_log, batch_log
     # the ranks stopped on it at a step boundary and checkpointed that step; the restart resumed from it
     assert len(job["stops_before_restart"]) == 1, report
     warned_at, reason = job["stops_before_restart"][0]
