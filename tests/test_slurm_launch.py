@@ -68,7 +68,7 @@ def job_env(work: Path, dataset: Path) -> dict:
 
 
 def final_eval(job_dir: Path) -> dict:
-    evals = [r for r in read_metrics(str(job_dir / METRICS_FILE)) if r["kind"] == "eval"]
+    evals = records(job_dir, "eval")
     assert evals, f"no eval record in {job_dir}/metrics.jsonl"
     return evals[-1]
 
