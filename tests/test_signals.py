@@ -94,3 +94,53 @@ def test_ctrl_c_is_a_stop_request_and_a_second_one_exits_at_once(times):
     else:
         assert done.returncode == 128 + signal.SIGINT and "not reached" not in done.stdout
         assert stopping.EXIT_AT_ONCE_MESSAGE.decode() in done.stderr
+
+
+def two_rank_flags(work, name):
+    from tests.test_hybrid_parallel import train_flags
+
+    flags = train_flags(os.path.join(work, "data"), "adagrad", os.path.join(work, name, "run"),
+                        os.path.join(work, name, "ckpt"), global_batch=16)
+    return ["main.py", *flags, "--max_steps", str(TWO_RANK_STEPS), "--checkpoint_every", "50", "--log_every", "10"]
+
+
+TWO_RANK_STEPS = 200
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_sigusr1_to_one_of_two_ranks_stops_both_at_one_step_and_the_same_command_resumes():
+    """Slurm signals every task; here only rank 1 gets SIGUSR1, so the other rank learns it only through
+    the per-step agreement (sent to both, the agreement is the same)."""
+    from dlrm.data.synthetic import generate_dataset
+    from tests.multirank import finish, run_ranks, scratch_dir, start_ranks
+    from tests.test_hybrid_parallel import CARDINALITIES
+    from tests.test_rank_failure import _rank_pids
+
+    work = scratch_dir("signals_")
+    generate_dataset(os.path.join(work, "data"), CARDINALITIES, 16_000, 64, seed=4)  # 1000 steps per epoch
+    run_ranks(2, two_rank_flags(work, "uninterrupted"), timeout=120).check()
+
+    argv = two_rank_flags(work, "signalled")
+    started = time.monotonic()
+    launcher = start_ranks(2, argv, result_dir=work)
+    try:
+        wait_for(lambda: training_started(os.path.join(work, "signalled", "run")), launcher, timeout=120)
+        os.kill(_rank_pids(launcher.pid)[1], signal.SIGUSR1)
+    finally:
+        run = finish(launcher, timeout=120, started=started, result_dir=work)
+    assert not run.timed_out and run.returncode != 0
+    ckpt_root = os.path.join(work, "signalled", "ckpt")
+    stopped_at = checkpoint.read_meta(checkpoint.find_checkpoint(ckpt_root))["step"]
+    assert 10 <= stopped_at < TWO_RANK_STEPS
+    output = run.stdout + run.stderr
+    assert f"Process 1 exit with status code {128 + signal.SIGUSR1}" in output, output[-3000:]
+    assert (f"error: stopped by SIGUSR1 after step {stopped_at}; checkpoint {ckpt_root}/step_{stopped_at:08d} "
+            f"written; run the same command again to resume from it") in output
+    rank_lines = [line for line in output.splitlines() if line.startswith(("[0]", "[1]"))]
+    assert not [line for line in rank_lines if "Traceback" in line], output[-3000:]  # horovodrun prints its own
+    print(output[-3000:])
+
+    resumed = run_ranks(2, argv, timeout=120).check()  # the very same command
+    assert f"restored {ckpt_root}/step_{stopped_at:08d}" in resumed.stdout
+    assert_same_final_weights(os.path.join(work, "uninterrupted", "ckpt"), ckpt_root, step=TWO_RANK_STEPS)

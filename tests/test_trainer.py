@@ -3,6 +3,7 @@ import json
 import math
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import tensorflow as tf
 
 from dlrm.cli import parse_config
 from dlrm.data.binary import BatchReader
+from dlrm.data.errors import DataError
 from dlrm.train import checkpoint, trainer
 from dlrm.train.metrics_log import MetricsLog, read_metrics
 
@@ -202,3 +204,75 @@ def test_weights_are_checked_for_nan_and_inf_in_row_chunks(monkeypatch):
         bad[row, 1] = value
         assert not trainer._all_finite([tf.Variable(bad), scalar, counter]), (row, value)
     assert not trainer._all_finite([tf.Variable(table), tf.Variable(np.nan)])
+
+
+# ----------------------------------------------------------------------------- stopping on an error
+@pytest.fixture
+def bad_label_dataset(synthetic_dir, tmp_path):
+    """A copy of the small dataset with a label byte of 7 (the reader's DataError) at a given row."""
+    from test_bad_input import poke
+
+    config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL)
+    trainer.prepare_dataset(config.data, MetricsLog("", enabled=False))  # generated if no test did yet
+
+    def make(mapping, row):
+        copy = tmp_path / "bad_data"
+        shutil.copytree(synthetic_dir, copy)
+        poke(copy / mapping / "label.bin", np.uint8, row, 7)
+        return str(copy), str(copy / mapping / "label.bin")
+    return make
+
+
+def test_a_bad_training_row_stops_with_a_checkpoint_of_the_last_good_step(bad_label_dataset, tmp_path):
+    data, path = bad_label_dataset("train", 3 * 512 + 100)  # in the batch of step 4
+    ckpt_dir = str(tmp_path / "ckpt")
+    with pytest.raises(DataError) as error:
+        _run(data, tmp_path, "--max_steps", "8", "--save_checkpoint_path", ckpt_dir)  # end-only checkpoints
+    assert (error.value.file, error.value.row) == (path, 3 * 512 + 100)
+    assert checkpoint.find_checkpoint(ckpt_dir) == os.path.join(ckpt_dir, "step_00000003")
+    stopped = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "stopped"]
+    assert [(r["step"], r["reason"]) for r in stopped] == [(3, "could not read the data")]
+
+
+@pytest.mark.parametrize("eval_every, saved_step", [(None, 4), (2, 2)])
+def test_a_bad_test_row_keeps_the_training_done_so_far(bad_label_dataset, tmp_path, eval_every, saved_step):
+    """The final checkpoint is written before the final evaluation; an evaluation between steps that fails
+    leaves a checkpoint of that step."""
+    data, path = bad_label_dataset("test", 1500)
+    ckpt_dir = str(tmp_path / "ckpt")
+    with pytest.raises(DataError) as error:
+        _run(data, tmp_path, "--max_steps", "4", "--save_checkpoint_path", ckpt_dir,
+             *(["--eval_every", str(eval_every)] if eval_every else []))
+    assert (error.value.file, error.value.row) == (path, 1500)
+    assert checkpoint.complete_checkpoints(ckpt_dir) == [f"step_{saved_step:08d}"]
+
+
+def test_resuming_with_another_global_batch_size_is_refused(synthetic_dir, tmp_path):
+    ckpt_dir = str(tmp_path / "ckpt")
+    _run(synthetic_dir, tmp_path, "--max_steps", "2", "--save_checkpoint_path", ckpt_dir)
+    meta_path = os.path.join(ckpt_dir, "step_00000002", "meta.json")
+    assert checkpoint.read_meta(os.path.dirname(meta_path))["reader"]["global_batch_size"] == 512
+
+    def resume_with_256():
+        return _run(synthetic_dir, tmp_path, "--max_steps", "4", "--save_checkpoint_path", ckpt_dir,
+                    "--global_batch_size", "256")
+
+    with pytest.raises(checkpoint.CheckpointError) as error:
+        resume_with_256()
+    assert (f"checkpoint {ckpt_dir}/step_00000002 was written with --global_batch_size 512, this run uses 256"
+            in str(error.value)) and "Resume with --global_batch_size 512" in str(error.value)
+
+    # A checkpoint from before the field: its saved configuration still tells; with neither it is accepted.
+    meta = checkpoint.read_meta(os.path.dirname(meta_path))
+    del meta["reader"]["global_batch_size"]
+    _write_json(meta_path, meta)
+    with pytest.raises(checkpoint.CheckpointError, match="written with --global_batch_size 512"):
+        resume_with_256()
+    del meta["config"]
+    _write_json(meta_path, meta)
+    assert resume_with_256().step == 4
+
+
+def _write_json(path, value):
+    with open(path, "w") as f:
+        json.dump(value, f)
