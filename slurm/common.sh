@@ -8,7 +8,8 @@
 #   DLRM_PYTHON            interpreter (default: $DLRM_ROOT/.venv/bin/python if present, else python3)
 #   DLRM_DATASET           split-binary dataset directory; empty = the trainer's synthetic dataset
 #   DLRM_JOB_DIR           per-job directory: metrics (run dir), logs/, checkpoints/ (launchers set it)
-#   DLRM_CHECKPOINT_EVERY  steps between checkpoints (default 1000); what a requeued job loses at most
+#   DLRM_CHECKPOINT_EVERY  steps between checkpoints (default 1000); at most what a job loses when its
+#                          ranks are killed without a signal first (SIGKILL, node failure)
 
 dlrm_env_defaults() {
   # --- Horovod: a rank that never joins a collective fails the job after a few minutes instead of

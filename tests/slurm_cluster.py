@@ -220,7 +220,9 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 InactiveLimit=0
-KillWait=5
+# Slurm's default: on requeue, cancel or time limit the ranks get SIGTERM and this long to write
+# their checkpoint before SIGKILL (the tests' tiny checkpoints need far less, even on a loaded host).
+KillWait=30
 # Finished jobs stay visible to scontrol this long (there is no accounting to ask afterwards).
 MinJobAge=900
 SlurmctldTimeout=30
