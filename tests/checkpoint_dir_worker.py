@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dlrm import dist  # noqa: E402
+from dlrm.cli_errors import user_error_text  # noqa: E402
 from dlrm.embedding.base import TablePiece  # noqa: E402
 from dlrm.errors import UserError  # noqa: E402
 from dlrm.train import checkpoint  # noqa: E402
@@ -69,7 +70,8 @@ def main() -> None:
     try:
         report = dict(outcome="ok", **(_prepare(args, comm) if args.mode == "prepare" else _save(args, comm)))
     except UserError as error:
-        report = {"outcome": type(error).__name__, "message": str(error)}
+        report = {"outcome": type(error).__name__, "message": str(error),
+                  "printed": user_error_text(error, comm.rank, dist.size())}
     write_rank_result(comm.rank, report)
 
 

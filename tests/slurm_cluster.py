@@ -34,6 +34,8 @@ from dlrm.launch.slurm_state import FINAL_STATES
 NODE_NAMES = ("n1", "n2")
 CPUS_PER_NODE = 2
 PARTITION = "debug"
+# Seconds between the SIGTERM that ends a job (requeue, cancel, time limit) and SIGKILL: Slurm's default.
+KILL_WAIT_S = 30
 REQUIRED_BINARIES = ("munged", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "scontrol", "sinfo")
 
 
@@ -222,7 +224,7 @@ JobCompType=jobcomp/none
 InactiveLimit=0
 # Slurm's default: on requeue, cancel or time limit the ranks get SIGTERM and this long to write
 # their checkpoint before SIGKILL (the tests' tiny checkpoints need far less, even on a loaded host).
-KillWait=30
+KillWait={KILL_WAIT_S}
 # Finished jobs stay visible to scontrol this long (there is no accounting to ask afterwards).
 MinJobAge=900
 SlurmctldTimeout=30

@@ -234,6 +234,14 @@ def assert_one_clean_message(output: str, *parts: str) -> str:
     return errors[0]
 
 
+def test_a_train_mapping_smaller_than_one_batch_with_drop_is_one_message(tmp_path):
+    make_dataset(tmp_path / "data", [12, 40], mappings=("train", "test"))
+    flags = tiny_run_flags(tmp_path / "data", tmp_path / "run") + ["--partial_batch", "drop"]  # 12 rows < 16
+    run = run_single(flags, timeout=180)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert_one_clean_message(run.stderr, "error: mapping 'train' has no complete global batch of 16 rows")
+
+
 def test_data_error_from_main_py_is_one_message_without_traceback(bad_id_dataset, tmp_path):
     run = run_single(tiny_run_flags(bad_id_dataset, tmp_path / "run"), timeout=180)
     assert run.returncode == 1, run.stderr[-3000:]
@@ -241,10 +249,13 @@ def test_data_error_from_main_py_is_one_message_without_traceback(bad_id_dataset
     assert line.startswith("error: file ") and "rank" not in line  # one process: no rank named
 
 
-def test_data_error_seen_by_one_of_two_ranks_is_printed_once_naming_the_rank(bad_id_dataset, tmp_path):
-    """Before: 116 lines and 3 tracebacks. Now the rank that read the bad row says so once, naming itself;
-    its peer adds at most one short line."""
-    run = run_ranks(2, tiny_run_flags(bad_id_dataset, tmp_path / "run"), timeout=180)
+@pytest.mark.parametrize("found_by", ["start-up check", "training step"])
+def test_data_error_with_two_ranks_is_printed_once(bad_id_dataset, tmp_path, found_by):
+    """Before: 116 lines and 3 tracebacks. The start-up check shares its findings, so every rank raises the
+    same error and rank 0 prints it once; a bad row met in training (check skipped) is reported once by the
+    rank that read it, naming itself; its peer adds at most one short line."""
+    skip = ["--skip_data_validation"] if found_by == "training step" else []
+    run = run_ranks(2, tiny_run_flags(bad_id_dataset, tmp_path / "run") + skip, timeout=180)
     assert run.returncode != 0 and not run.timed_out
     lines = rank_lines(run.stdout + "\n" + run.stderr)
     assert not [text for _, text in lines if "Traceback" in text], run.stderr[-4000:]
@@ -252,8 +263,11 @@ def test_data_error_seen_by_one_of_two_ranks_is_printed_once_naming_the_rank(bad
     reported = [(rank, text) for rank, text in errors if "cat_1.bin" in text and "row 40" in text]
     assert len(reported) == 1, errors
     rank, text = reported[0]
-    assert f"error: rank {rank}: file " in text
-    assert len(errors) <= 2, errors  # the message, and maybe the peer's one line
+    if skip:
+        assert f"error: rank {rank}: file " in text
+        assert len(errors) <= 2, errors  # the message, and maybe the peer's one line
+    else:
+        assert rank == 0 and "error: file " in text and errors == reported, errors
 
 
 def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):

@@ -242,20 +242,21 @@ def test_a_two_rank_run_locks_once_and_a_second_two_rank_run_is_refused(tmp_path
     assert [first_run.results[r]["outcome"] for r in (0, 1)] == ["ok", "ok"], first_run.results  # no self-lockout
     assert [first_run.results[r]["lock_held"] for r in (0, 1)] == [True, False]  # one holder per run: rank 0
     second.check()
-    assert second.results[1] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(0).args[0]}
+    assert second.results[1] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(0).args[0], "printed": None}
     assert second.results[0]["outcome"] == "CheckpointError"
-    assert re.match(rf"^rank 0 \({re.escape(socket.gethostname())}\): checkpoint directory {re.escape(root)} is in "
-                    rf"use by another run \(pid {first_run.results[0]['pid']} on host ", second.results[0]["message"])
+    assert re.match(rf"^error: rank 0: checkpoint directory {re.escape(root)} is in use by another run "
+                    rf"\(pid {first_run.results[0]['pid']} on host .*\(host {re.escape(socket.gethostname())}\)$",
+                    second.results[0]["printed"])
 
 
 @pytest.mark.multirank
 def test_a_read_only_path_on_one_rank_stops_both_ranks_with_one_message(tmp_path, read_only_dir):
     root = str(tmp_path / "ckpt")
     run = run_ranks(2, [WORKER, "prepare", root, read_only_dir], timeout=120).check()
-    assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0]}
+    assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
     assert run.results[1]["outcome"] == "CheckpointError"
-    assert re.match(rf"^rank 1 \({re.escape(socket.gethostname())}\): cannot write checkpoints to "
-                    rf"{re.escape(read_only_dir)} .*{READ_ONLY_REASON}$", run.results[1]["message"])
+    assert re.match(rf"^error: rank 1: cannot write checkpoints to {re.escape(read_only_dir)} .*{READ_ONLY_REASON} "
+                    rf"\(host {re.escape(socket.gethostname())}\)$", run.results[1]["printed"])
     assert _lock_is_free(root)  # rank 0 took the lock, then let it go
 
 
@@ -263,10 +264,12 @@ def test_a_read_only_path_on_one_rank_stops_both_ranks_with_one_message(tmp_path
 def test_disk_full_on_one_rank_stops_both_ranks_and_removes_the_partial_checkpoint(tmp_path):
     with tmpfs(tmp_path / "full", "1m") as root:
         run = run_ranks(2, [WORKER, "save", root, "--rows-of-rank-1", "8000"], timeout=120).check()
-        assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0]}
+        assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
         step_2 = os.path.join(root, "step_00000002")
-        assert run.results[1] == {"outcome": "CheckpointError", "message": (
-            f"rank 1 ({socket.gethostname()}): cannot write checkpoint {step_2}: "
-            f"{step_2}.tmp/embedding/t1/value/r0-8000_c0-64.npy: No space left on device (ENOSPC); "
-            f"the partial {step_2}.tmp is removed, the last complete checkpoint is {root}/step_00000001")}
+        message = (f"cannot write checkpoint {step_2}: "
+                   f"{step_2}.tmp/embedding/t1/value/r0-8000_c0-64.npy: No space left on device (ENOSPC); "
+                   f"the partial {step_2}.tmp is removed, the last complete checkpoint is {root}/step_00000001 "
+                   f"(host {socket.gethostname()})")
+        assert run.results[1] == {"outcome": "CheckpointError", "message": message,
+                                  "printed": f"error: rank 1: {message}"}
         assert sorted(os.listdir(root)) == ["latest", "step_00000001"]

@@ -301,7 +301,7 @@ def repro_single() -> str:
     """The one-process run of `repro_command` (LocalEmbedding, no launcher)."""
     def go():
         base = scratch_dir("repro1_")
-        run_single(repro_command(base), timeout=180).check()
+        run_single(without_rank_memory(repro_command(base)), timeout=180).check()
         return base
     return memoised(("repro", 1, "single"), go)
 

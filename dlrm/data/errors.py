@@ -45,3 +45,9 @@ class SpecError(DataError):
         DataError.__init__(self, f"invalid feature spec{' ' + path if path else ''} "
                                  f"({len(self.problems)} problem(s)):\n  - {body}")
         self.file = path
+
+
+class MappingTooSmall(DataError):
+    """A mapping with fewer rows than the run needs (none, or less than one global batch to drop down to)."""
+
+    on_every_rank = True  # every rank sees the same row counts: rank 0 reports

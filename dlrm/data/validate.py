@@ -19,7 +19,7 @@ import numpy as np
 
 from dlrm.data import decode
 from dlrm.data.binary import MappedFiles, rank_slice
-from dlrm.data.errors import DataError
+from dlrm.data.errors import DataError, MappingTooSmall
 from dlrm.data.feature_spec import FeatureSpec
 
 # Gathers one small JSON-like object per rank and returns them in rank order, on every rank.
@@ -34,7 +34,15 @@ def check_mappings(spec: FeatureSpec, mappings: Sequence[str], scored: Sequence[
     `world_size` > 1) and gets the same error. Returns {mapping: {"rows", "positives"}}."""
     if world_size > 1 and gather is None:
         raise ValueError("checking on several ranks needs a gather collective")
-    mappings = list(dict.fromkeys(mappings))
+    try:
+        return _check_mappings(spec, list(dict.fromkeys(mappings)), scored, rank, world_size, gather, values, threads)
+    except DataError as error:
+        error.on_every_rank = True  # every rank sees every rank's findings and raises this same error
+        raise
+
+
+def _check_mappings(spec: FeatureSpec, mappings: list[str], scored: Sequence[str], rank: int, world_size: int,
+                    gather: Optional[Gather], values: bool, threads: int) -> dict:
     spec.validate(check_files=True, mappings=mappings)
     files = {mapping: MappedFiles(spec, mapping) for mapping in mappings}
     for mapping in mappings:
@@ -64,7 +72,7 @@ def _check_share(files: MappedFiles, rank: int, world_size: int, values: bool, c
 
 def _refuse_empty(files: MappedFiles) -> None:
     if files.num_rows == 0:
-        raise DataError(f"mapping {files.mapping!r} has no rows (its files are empty)", files.label_chunk.path)
+        raise MappingTooSmall(f"mapping {files.mapping!r} has no rows (its files are empty)", files.label_chunk.path)
 
 
 def _refuse_one_class(files: MappedFiles, positives: int) -> None:

@@ -170,7 +170,9 @@ def _agree(comm: Collectives, problem: Optional[str], on_failure: Callable[[], s
         raise CheckpointError(problem + note)
     also = f" (also on rank{'s' if len(failed) > 2 else ''} {', '.join(map(str, failed[1:]))})" \
         if len(failed) > 1 else ""
-    raise CheckpointError(f"rank {first} ({reports[first]['host']}): {problem}{also}{note}")
+    error = CheckpointError(f"{problem}{also}{note} (host {reports[first]['host']})")
+    error.on_every_rank = False  # only this rank reports it (the entry point names the rank)
+    raise error
 
 
 def _make_tmp_dir(root: str, tmp: str) -> None:

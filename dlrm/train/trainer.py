@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.config import Config, DataConfig, TrainConfig
+from dlrm.data.errors import MappingTooSmall
 from dlrm.errors import UserError
 from dlrm.train import checkpoint, stopping
 from dlrm.train.metrics_log import MetricsLog
@@ -429,8 +430,9 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
                          partial_batch=cfg.data.partial_batch)
     steps_per_epoch = len(reader)
     if steps_per_epoch == 0:
-        raise ValueError(f"mapping {cfg.data.train_mapping!r} has no complete global batch of "
-                         f"{cfg.data.global_batch_size} rows")
+        raise MappingTooSmall(f"mapping {cfg.data.train_mapping!r} has no complete global batch of "
+                              f"{cfg.data.global_batch_size} rows: lower --global_batch_size, or use "
+                              f"--partial_batch keep")
     total_steps = cfg.train.max_steps or math.ceil(cfg.train.epochs * steps_per_epoch)
 
     step, source = 0, _restore_source(cfg.train)
@@ -573,7 +575,7 @@ def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
             if len(batches) == needed:
                 break
     if not batches:
-        raise ValueError(f"mapping {data.test_mapping!r} is empty: nothing to benchmark")
+        raise MappingTooSmall(f"mapping {data.test_mapping!r} is empty: nothing to benchmark")
     latencies, rows = [], 0
     for i in range(needed):
         batch = batches[i % len(batches)]
