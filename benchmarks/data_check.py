@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.loader import ensure_dataset, machine, mapping_files, raw_read_window  # noqa: E402
+from benchmarks.machine import write_table  # noqa: E402
 from dlrm.data.binary import MappedFiles  # noqa: E402
 from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
 from dlrm.data.validate import check_mappings  # noqa: E402
@@ -118,9 +119,7 @@ def main(argv=None) -> int:
                      f"{result['median_speed_ratio_to_raw_1_stream'][name]:.2f} | "
                      f"{', '.join(f'{r:.2f}' for r in ratios[name])} | {', '.join(f'{v:.1f}' for v in load[name])} |")
     table += ["", f"Command: `{result['command'].strip()}`"]
-    with open(os.path.join(args.out, "data_check.md"), "w") as f:
-        f.write("\n".join(table) + "\n")
-    print("\n".join(table))
+    write_table(os.path.join(args.out, "data_check.md"), table)
     return 0
 
 

@@ -43,7 +43,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.machine import cpu_flags, cpu_model  # noqa: E402
+from benchmarks.machine import cpu_flags, cpu_model, write_table  # noqa: E402
 from dlrm.config import DataConfig  # noqa: E402
 from dlrm.data.binary import BatchReader, pooled_output_sets  # noqa: E402
 from dlrm.data.criteo import preset_cardinalities  # noqa: E402
@@ -286,9 +286,7 @@ def main(argv=None) -> int:
         table.append(f"Per-window ratios, {name.replace('_', ' ')} / raw 1 stream: "
                      + ", ".join(f"{r:.2f}" for r in ratios[name]))
     table += ["", f"Command: `{result['command'].strip()}`"]
-    with open(os.path.join(args.out, "loader.md"), "w") as f:
-        f.write("\n".join(table) + "\n")
-    print("\n".join(table))
+    write_table(os.path.join(args.out, "loader.md"), table)
     return 0
 
 

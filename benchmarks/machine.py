@@ -26,3 +26,10 @@ def cpu_model() -> str:
 def cpu_flags() -> list[str]:
     present = set(_cpuinfo("flags").split())
     return sorted(flag for flag in FLAGS_THAT_MATTER if flag in present)
+
+
+def write_table(path: str, lines: list[str]) -> None:
+    """Write a benchmark's markdown table (results/<name>.md) and print it."""
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))

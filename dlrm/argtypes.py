@@ -31,44 +31,42 @@ def _number(text: str, expected: str) -> float:
     return value
 
 
+def _within(value, ok: bool, expected: str, text: str):
+    """`value` if `ok`, else the argparse error naming what was expected and what was typed."""
+    if not ok:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (sizes, counts of steps or rows that cannot be empty)."""
     value = _int(text, "a positive integer")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    return _within(value, value >= 1, "a positive integer", text)
 
 
 def count(text: str) -> int:
     """An integer >= 0 (optional counts: warmup steps, prefetched batches, optimizer slots)."""
     value = _int(text, "an integer >= 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+    return _within(value, value >= 0, "an integer >= 0", text)
 
 
 def seed(text: str) -> int:
     """A random seed: an integer in [0, 2**32)."""
-    value = _int(text, f"a seed, an integer from 0 to {SEED_LIMIT - 1}")
-    if not 0 <= value < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"expected a seed, an integer from 0 to {SEED_LIMIT - 1}, got {text!r}")
-    return value
+    expected = f"a seed, an integer from 0 to {SEED_LIMIT - 1}"
+    value = _int(text, expected)
+    return _within(value, 0 <= value < SEED_LIMIT, expected, text)
 
 
 def positive_number(text: str) -> float:
     """A finite number > 0 (learning rate, epochs, decay power, timeouts)."""
     value = _number(text, "a positive number")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return _within(value, value > 0, "a positive number", text)
 
 
 def non_negative_number(text: str) -> float:
     """A finite number >= 0 (a final learning rate of 0 is allowed)."""
     value = _number(text, "a number >= 0")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
+    return _within(value, value >= 0, "a number >= 0", text)
 
 
 _DASH_OR_COMMA_LIST = re.compile(r"\s*\d+(\s*[-,]\s*\d+)*\s*")
