@@ -29,7 +29,7 @@ class UsageError(UserError):
 class PeerRankFailed(UserError):
     """This rank stopped because another rank reported an error; that rank prints the message."""
 
-    on_every_rank = True  # one short line from rank 0 at most; the failed rank says what happened
+    on_every_rank = True  # printed by no rank: the failed rank says what happened (rank 0's log names it)
 
     def __init__(self, failed_rank: int, message: str = ""):
         self.failed_rank = failed_rank

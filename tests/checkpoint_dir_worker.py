@@ -57,9 +57,24 @@ def _save(args, comm) -> dict:
     return {}
 
 
+def _restore(args, comm) -> dict:
+    """Save step 1 on every rank, delete rank 1's piece (as a lost file on its node would), restore."""
+    import tensorflow as tf
+
+    table = TablePiece(comm.rank, 0, 4, 0, 64)
+    variable = tf.Variable(np.ones((4, 64), np.float32))
+    meta = {"model_shape": {"table_sizes": [4, 4], "embedding_dim": 64}}
+    path = checkpoint.save_checkpoint(args.root, 1, {}, [(table, {"value": variable})], meta, comm=comm)
+    if comm.rank == 1:
+        os.remove(os.path.join(path, "embedding", "t1", "value", checkpoint.piece_file_name(table)))
+    comm.barrier()
+    checkpoint.restore_checkpoint(path, {}, [(table, {"value": variable})], comm=comm)
+    return {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["prepare", "save"])
+    parser.add_argument("mode", choices=["prepare", "save", "restore"])
     parser.add_argument("root")
     parser.add_argument("root_of_rank_1", nargs="?")
     parser.add_argument("--hold-until")
@@ -68,7 +83,7 @@ def main() -> None:
     dist.init()
     comm = checkpoint.Collectives.from_dist()
     try:
-        report = dict(outcome="ok", **(_prepare(args, comm) if args.mode == "prepare" else _save(args, comm)))
+        report = dict(outcome="ok", **{"prepare": _prepare, "save": _save, "restore": _restore}[args.mode](args, comm))
     except UserError as error:
         report = {"outcome": type(error).__name__, "message": str(error),
                   "printed": user_error_text(error, comm.rank, dist.size())}

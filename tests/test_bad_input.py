@@ -334,6 +334,22 @@ def test_tables_over_the_address_space_limit_are_refused_before_allocation(tmp_p
     assert "the embedding tables need 8.00 GiB" in line and "address-space limit (ulimit -v)" in line, line
 
 
+def test_the_address_space_limit_is_per_process_not_shared_by_the_ranks_of_a_node():
+    """`ulimit -v` limits each process: with 4 ranks on a node each still has all of it (the machine's and
+    a cgroup's memory are what the ranks share)."""
+    code = ("import resource; from dlrm.embedding.memory_check import available_memory, _address_space_room; "
+            "room = _address_space_room(); print(room, *available_memory(1), sep='|'); "
+            "print(room, *available_memory(4), sep='|')")
+    limit_above_now = "import resource, os; v = int([l.split()[1] for l in open('/proc/self/status') " \
+        "if l.startswith('VmSize')][0]) * 1024; resource.setrlimit(resource.RLIMIT_AS, (v + 2**28, v + 2**28)); "
+    proc = subprocess.run([sys.executable, "-c", limit_above_now + code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (_, one, why_one), (_, four, why_four) = [line.split("|") for line in proc.stdout.splitlines()]
+    assert why_one == why_four == "the address-space limit (ulimit -v)", proc.stdout
+    assert abs(int(one) - int(four)) < 2**24, proc.stdout  # the same room, not a quarter of it
+
+
 # ----------------------------------------------------------------------------- generator output
 def test_generator_refuses_to_overwrite_a_dataset_without_overwrite(tmp_path):
     out = tmp_path / "gen"

@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 from dlrm.embedding.base import TablePiece
+from dlrm.cli_errors import user_error_text
 from dlrm.errors import PeerRankFailed
 from dlrm.train import checkpoint as ckpt
 from dlrm.train.checkpoint import SINGLE_PROCESS, CheckpointError
@@ -273,3 +274,18 @@ def test_disk_full_on_one_rank_stops_both_ranks_and_removes_the_partial_checkpoi
         assert run.results[1] == {"outcome": "CheckpointError", "message": message,
                                   "printed": f"error: rank 1: {message}"}
         assert sorted(os.listdir(root)) == ["latest", "step_00000001"]
+
+
+def test_checkpoint_errors_every_rank_raises_alike_are_printed_by_rank_0_only():
+    error = CheckpointError("checkpoint ckpt/step_00000002 was written with --global_batch_size 512, ...")
+    assert [user_error_text(error, rank, 2) for rank in (0, 1)] == [f"error: {error}", None]
+
+
+@pytest.mark.multirank
+def test_a_piece_missing_on_one_rank_stops_both_ranks_at_restore_with_one_message(tmp_path):
+    root = str(tmp_path / "ckpt")
+    run = run_ranks(2, [WORKER, "restore", root], timeout=120).check()
+    assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
+    assert run.results[1]["outcome"] == "CheckpointError"
+    assert re.match(r"^error: rank 1: checkpoint .* has no slot 'value' for table 1 .*\(host .*\)$",
+                    run.results[1]["printed"]), run.results[1]

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -229,22 +230,44 @@ def test_two_ranks_share_the_check_and_raise_the_same_earliest_row(dataset):
         assert run.results[rank]["messages"] == run.results[0]["messages"]
 
 
-def _worker(dataset: str) -> None:
-    """One rank of the two-rank test: check each mapping through the real collective, report the errors."""
+def test_a_file_broken_on_one_rank_only_stops_both_and_that_rank_reports_it(dataset, tmp_path):
+    """Node-local copies that differ: rank 1's copy of cat_3.bin is truncated. Rank 1 reports it, naming
+    itself; rank 0 stops too (no hang in the shared check) and prints nothing."""
+    from tests.multirank import run_ranks
+
+    copy = shutil.copytree(dataset, tmp_path / "copy_of_rank_1")
+    with open(copy / "train" / "cat_3.bin", "r+b") as f:
+        f.truncate(10)
+    run = run_ranks(2, ["tests/test_data_check.py", "--worker", str(dataset), str(copy)], timeout=120).check()
+    assert run.results[0]["outcomes"] == ["PeerRankFailed", "ok"] and run.results[0]["printed"] == [None]
+    assert run.results[1]["outcomes"][0] in ("SpecError", "DataError")
+    assert run.results[1]["printed"][0].startswith("error: rank 1: ") and "cat_3.bin" in run.results[1]["printed"][0]
+
+
+def _worker(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
+    """One rank of the two-rank tests: check each mapping through the real collective, report the errors
+    (rank 1 reads `dataset_of_rank_1` when given, as a node-local copy)."""
     from dlrm import dist
+    from dlrm.cli_errors import user_error_text
+    from dlrm.errors import UserError
     from dlrm.train.trainer import cores_per_rank
     from tests.multirank import write_rank_result
 
     dist.init()
-    found, messages = {}, []
+    mine = dataset_of_rank_1 if dataset_of_rank_1 and dist.rank() == 1 else dataset
+    found, messages, outcomes, printed = {}, [], [], []
     for mapping in ("train", "test"):
         try:
-            check_mappings(FeatureSpec.load(dataset), [mapping], [mapping], rank=dist.rank(), world_size=dist.size(),
+            check_mappings(FeatureSpec.load(mine), [mapping], [mapping], rank=dist.rank(), world_size=dist.size(),
                            gather=dist.allgather_object, threads=cores_per_rank())
-        except DataError as error:
-            found[mapping] = [error.file, error.feature, error.row]
-            messages.append(str(error))
-    write_rank_result(dist.rank(), dict(found, messages=messages))
+            outcomes.append("ok")
+        except UserError as error:
+            outcomes.append(type(error).__name__)
+            printed.append(user_error_text(error, dist.rank(), dist.size()))
+            if isinstance(error, DataError):
+                found[mapping] = [error.file, error.feature, error.row]
+                messages.append(str(error).replace(mine, dataset))
+    write_rank_result(dist.rank(), dict(found, messages=messages, outcomes=outcomes, printed=printed))
 
 
 # ----------------------------------------------------------------------------- transcode
@@ -264,4 +287,4 @@ def test_transcode_refuses_an_empty_csv(tmp_path):
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    _worker(sys.argv[2])
+    _worker(*sys.argv[2:4])

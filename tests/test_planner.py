@@ -12,8 +12,8 @@ import pytest
 
 from dlrm.config import ShardingConfig
 from dlrm.data.criteo import preset_cardinalities
-from dlrm.embedding.planner import (GiB, Plan, PlanError, minimum_rank_memory, parse_bytes, plan_embeddings,
-                                    slots_for_optimizer)
+from dlrm.embedding.planner import (GiB, Plan, PlanError, format_bytes, minimum_rank_memory, parse_bytes,
+                                    plan_embeddings, slots_for_optimizer)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -257,3 +257,18 @@ def test_cli_reports_the_true_minimum_without_a_traceback():
     enough = _run(["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8",
                    "--rank_memory", "52.62GiB"])
     assert enough.returncode == 0, enough.stderr
+
+
+@pytest.mark.parametrize("budget_gib", [100, 210])
+def test_minimum_is_found_where_success_is_not_monotonic_in_the_budget(budget_gib):
+    """t0 on 8 ranks, round-robin placement with column slicing and 2 slots: 193.5 GiB fits but 210 GiB
+    does not. Either budget reports the same minimum below both, which fits, and fails one byte below."""
+    rows = preset_cardinalities("t0")
+    sharding = ShardingConfig(strategy="basic", column_slice_threshold_bytes=4 * GiB,
+                              rank_memory_bytes=budget_gib * GiB)
+    error = _minimum_from_error(rows, 128, 8, sharding, 2)
+    minimum = error.minimum_rank_memory
+    assert minimum < 194 * GiB, format_bytes(minimum)
+    plan_embeddings(rows, 128, 8, replace_budget(sharding, minimum), optimizer_slots=2)
+    with pytest.raises(PlanError):
+        plan_embeddings(rows, 128, 8, replace_budget(sharding, minimum - 1), optimizer_slots=2)

@@ -144,3 +144,13 @@ def test_sigusr1_to_one_of_two_ranks_stops_both_at_one_step_and_the_same_command
     resumed = run_ranks(2, argv, timeout=120).check()  # the very same command
     assert f"restored {ckpt_root}/step_{stopped_at:08d}" in resumed.stdout
     assert_same_final_weights(os.path.join(work, "uninterrupted", "ckpt"), ckpt_root, step=TWO_RANK_STEPS)
+
+
+def test_a_signal_during_an_evaluation_stops_it_at_the_next_batch():
+    """A long evaluation between steps must not delay the checkpoint past Slurm's KillWait: the signal
+    is agreed on at every evaluation batch (one process: the agreement needs no peer)."""
+    pending = iter([None, None, signal.SIGTERM])
+    batches = stopping.read_together(range(10), lambda: next(pending))
+    with pytest.raises(stopping.StopAgreed) as stopped:
+        list(batches)
+    assert stopped.value.signal_number == signal.SIGTERM and stopped.value.failed_rank is None

@@ -20,6 +20,7 @@ import numpy as np
 from dlrm.data import decode
 from dlrm.data.binary import MappedFiles, rank_slice
 from dlrm.data.errors import DataError, MappingTooSmall
+from dlrm.errors import PeerRankFailed
 from dlrm.data.feature_spec import FeatureSpec
 
 # Gathers one small JSON-like object per rank and returns them in rank order, on every rank.
@@ -34,22 +35,33 @@ def check_mappings(spec: FeatureSpec, mappings: Sequence[str], scored: Sequence[
     `world_size` > 1) and gets the same error. Returns {mapping: {"rows", "positives"}}."""
     if world_size > 1 and gather is None:
         raise ValueError("checking on several ranks needs a gather collective")
+    mappings = list(dict.fromkeys(mappings))
+    files, local, failure = {}, None, None
     try:
-        return _check_mappings(spec, list(dict.fromkeys(mappings)), scored, rank, world_size, gather, values, threads)
+        spec.validate(check_files=True, mappings=mappings)
+        files = {mapping: MappedFiles(spec, mapping) for mapping in mappings}
+        for mapping in mappings:
+            _refuse_empty(files[mapping])
+        local = [_check_share(files[m], rank, world_size, values, count_labels=m in scored, threads=threads)
+                 for m in mappings]
+    except (DataError, OSError) as error:  # e.g. node-local copies that differ: the others must hear of it
+        failure = error if isinstance(error, DataError) else DataError(f"cannot read: {error}", error.filename)
+    shares = gather([failure is not None, local]) if world_size > 1 else [[failure is not None, local]]
+    failed = [r for r, (did_fail, _) in enumerate(shares) if did_fail]
+    if failed:
+        if rank != failed[0]:
+            raise PeerRankFailed(failed[0])
+        failure.on_every_rank = len(failed) == world_size  # all saw it: rank 0 says it once; else this rank
+        raise failure
+    try:
+        return _summarise(files, mappings, scored, [share for _, share in shares])
     except DataError as error:
         error.on_every_rank = True  # every rank sees every rank's findings and raises this same error
         raise
 
 
-def _check_mappings(spec: FeatureSpec, mappings: list[str], scored: Sequence[str], rank: int, world_size: int,
-                    gather: Optional[Gather], values: bool, threads: int) -> dict:
-    spec.validate(check_files=True, mappings=mappings)
-    files = {mapping: MappedFiles(spec, mapping) for mapping in mappings}
-    for mapping in mappings:
-        _refuse_empty(files[mapping])
-    local = [_check_share(files[m], rank, world_size, values, count_labels=m in scored, threads=threads)
-             for m in mappings]
-    shares = gather(local) if world_size > 1 else [local]
+def _summarise(files: dict, mappings: list[str], scored: Sequence[str], shares: list) -> dict:
+    """Raise the earliest bad value over all ranks' shares, then a scored mapping of one class."""
     summary = {}
     for i, mapping in enumerate(mappings):
         files[mapping].raise_for(decode.earliest([share[i][1] for share in shares]))  # shares do not overlap

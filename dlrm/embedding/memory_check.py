@@ -71,10 +71,15 @@ def _address_space_room() -> Optional[int]:
     return max(0, soft - used)
 
 
-def available_memory() -> Tuple[int, str]:
-    """(bytes this process can still allocate, what limits it) from the smallest known limit."""
-    candidates = [(_meminfo_bytes("MemAvailable"), "available memory of this machine"),
-                  (_cgroup_room(), "the cgroup memory limit"),
+def available_memory(ranks_on_node: int = 1) -> Tuple[int, str]:
+    """(bytes this process can still allocate, what limits it) from the smallest known limit.
+
+    The machine's memory and the cgroup's are shared by the `ranks_on_node` ranks of this node; the
+    address-space limit is per process."""
+    shared = max(1, ranks_on_node)
+    machine, cgroup = _meminfo_bytes("MemAvailable"), _cgroup_room()
+    candidates = [(None if machine is None else machine // shared, "available memory of this machine"),
+                  (None if cgroup is None else cgroup // shared, "the cgroup memory limit"),
                   (_address_space_room(), "the address-space limit (ulimit -v)")]
     known = [(room, why) for room, why in candidates if room is not None]
     if not known:
@@ -85,8 +90,7 @@ def available_memory() -> Tuple[int, str]:
 def check_plan_fits_machine(plan: Plan) -> None:
     """Raise `NotEnoughMemory` on every rank if the tables of any rank exceed the memory it has."""
     world = dist.launcher_world()
-    room, limited_by = available_memory()
-    share = room // max(1, world.local_size)
+    share, limited_by = available_memory(world.local_size)
     mine = plan.ranks[dist.rank()].memory_bytes
     figures = dist.allgather_object([mine, share, world.local_size, limited_by])
     short = [(rank, need, have, local, why) for rank, (need, have, local, why) in enumerate(figures) if need > have]

@@ -265,15 +265,20 @@ def _plan_succeeds(table_rows, dim, world_size, cfg: ShardingConfig, optimizer_s
     return True
 
 
+SCAN_STEPS = 512  # resolution of the minimum-budget scan: 1/512 of the range between even share and whole model
+
+
 def minimum_rank_memory(table_rows: Sequence[int], dim: int, world_size: int, sharding: ShardingConfig,
                         optimizer_slots: int = 0, lookups_per_sample: Optional[Sequence[float]] = None
                         ) -> Optional[int]:
-    """The smallest per-rank budget (bytes) at which the plan succeeds, found by bisection over the
-    planner itself: the plan succeeds with it and fails with one byte less. None if `sharding` has
-    no budget or the plan already fits it.
+    """The smallest per-rank budget (bytes) at which the plan succeeds, found over the planner itself:
+    the plan succeeds with it and fails with one byte less. None if `sharding` has no budget or the
+    plan already fits it.
 
-    A budget of the whole model always fits (no table needs slicing, every rank could hold it all),
-    so bisection between the given budget and that bound ends on a budget that works.
+    Nothing fits below the even share (the whole model / world size), and the whole model always fits
+    (no table needs slicing). Success is not monotonic in the budget for every strategy (with `basic`
+    and column slicing a larger budget can fail where a smaller one works), so the range between is
+    scanned upward in SCAN_STEPS steps for the first budget that works, then bisected below it.
     """
     budget = sharding.rank_memory_bytes
     args = (table_rows, dim, world_size, sharding, optimizer_slots, lookups_per_sample)
@@ -282,7 +287,13 @@ def minimum_rank_memory(table_rows: Sequence[int], dim: int, world_size: int, sh
     high = sum(int(rows) for rows in table_rows) * dim * sharding.bytes_per_element * (1 + optimizer_slots)
     if not _plan_succeeds(*args, high):
         return None
-    low = budget  # fails
+    low = max(0, high // world_size - 1)  # below the even share nothing fits, whatever the given budget
+    step = max(1, (high - low) // SCAN_STEPS)
+    for candidate in range(low + step, high, step):
+        if _plan_succeeds(*args, candidate):
+            high = candidate
+            break
+        low = candidate
     while high - low > 1:
         middle = (low + high) // 2
         if _plan_succeeds(*args, middle):
@@ -301,10 +312,16 @@ def _not_enough_memory(error: PlanError, table_rows, dim, world_size, cfg: Shard
         table_bytes = int(table_rows[table]) * dim * cfg.bytes_per_element * (1 + optimizer_slots)
         where = (f"table {table} ({int(table_rows[table]):,} rows x {dim} cols, {format_bytes(table_bytes)} "
                  f"with {optimizer_slots} optimizer slot(s)) does not fit: ")
-    message = (f"{where}the embedding tables need at least {format_bytes(minimum, round_up=True)} per rank on "
-               f"{world_size} rank(s), short by {format_bytes(minimum - budget, round_up=True)} per rank over "
-               f"the budget of {format_bytes(budget)} (--rank_memory): raise --rank_memory if the ranks have "
-               f"the memory, or use more ranks, a smaller --embedding_dim or an optimizer with fewer slots")
+    need = (f"{where}the embedding tables need at least {format_bytes(minimum, round_up=True)} per rank on "
+            f"{world_size} rank(s)")
+    if minimum > budget:
+        message = (f"{need}, short by {format_bytes(minimum - budget, round_up=True)} per rank over the budget of "
+                   f"{format_bytes(budget)} (--rank_memory): raise --rank_memory if the ranks have the memory, or "
+                   f"use more ranks, a smaller --embedding_dim or an optimizer with fewer slots")
+    else:  # success is not monotonic in the budget for every strategy: a smaller one can work
+        message = (f"{need}, and this placement ({cfg.strategy}) fails at the budget of {format_bytes(budget)} "
+                   f"(--rank_memory) but succeeds at {format_bytes(minimum, round_up=True)}: pass that budget, or "
+                   f"use the memory_balanced strategy")
     found = PlanError(message, table=table)
     found.minimum_rank_memory = minimum
     return found

@@ -57,11 +57,11 @@ PieceSlots = Tuple[TablePiece, Mapping[str, "object"]]
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be used (missing, incomplete, for a different model) or written (path)."""
 
+    on_every_rank = True  # raised alike on every rank (or agreed first, see `_agree`): rank 0 reports
+
 
 def _gather_alone(obj) -> list:
     return [obj]
-
-    on_every_rank = True  # every rank reads the same checkpoint: rank 0 reports
 
 
 @dataclass(frozen=True)
@@ -154,9 +154,9 @@ def _attempt(action: Callable[[], None], what: str) -> Optional[str]:
 def _agree(comm: Collectives, problem: Optional[str], on_failure: Callable[[], str] = lambda: "") -> None:
     """Every rank learns whether any rank hit a problem; if so all run `on_failure` and stop together.
 
-    The lowest failing rank raises CheckpointError with its message (naming the rank and its host when
-    there are several ranks) followed by what `on_failure` returned; the other ranks raise
-    PeerRankFailed, so the user reads one message.
+    The lowest failing rank raises CheckpointError with its message (and its host when there are
+    several ranks; the entry point names the rank) followed by what `on_failure` returned; the other
+    ranks raise PeerRankFailed, so the user reads one message.
     """
     reports = comm.gather(None if problem is None else {"host": socket.gethostname(), "message": problem})
     failed = [rank for rank, report in enumerate(reports) if report]
@@ -520,12 +520,26 @@ def restore_checkpoint(
     held_pieces: Sequence[PieceSlots],
     model_shape: Optional[Mapping] = None,
     strict: bool = True,
+    comm: Optional[Collectives] = None,
 ) -> dict:
     """Fill `dense` variables and every held piece's slots from `checkpoint_dir`; returns its meta.
 
     With `strict=False` the checkpoint may hold more than asked for (evaluation restores weights only,
-    not optimizer slots); anything asked for must be there either way.
+    not optimizer slots); anything asked for must be there either way. Each rank reads its own pieces,
+    so the outcome is agreed (`_agree`): a piece missing on one rank stops every rank with one message.
     """
+    comm = comm or SINGLE_PROCESS
+    meta, problem = None, None
+    try:
+        meta = _restore(checkpoint_dir, dense, held_pieces, model_shape, strict)
+    except (CheckpointError, OSError, ValueError) as error:
+        problem = str(error)
+    _agree(comm, problem)
+    return meta
+
+
+def _restore(checkpoint_dir: str, dense: Mapping[str, "object"], held_pieces: Sequence[PieceSlots],
+             model_shape: Optional[Mapping], strict: bool) -> dict:
     meta = read_meta(checkpoint_dir)
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{checkpoint_dir}: unsupported checkpoint format {meta.get('format_version')!r}")

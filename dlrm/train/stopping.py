@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from dlrm import dist
 from dlrm.errors import Interrupted, PeerRankFailed
@@ -88,14 +88,15 @@ def next_together(items: Iterator, signal_number: Optional[int] = None):
     return item
 
 
-def read_together(batches: Iterable) -> Iterator:
+def read_together(batches: Iterable, pending_signal: Callable[[], Optional[int]] = lambda: None) -> Iterator:
     """Iterate `batches` in step with the other ranks (evaluation): when one rank cannot read its next
-    batch, every rank raises StopAgreed at the same batch instead of some blocking in a collective."""
+    batch, or `pending_signal()` reports a stop signal, every rank raises StopAgreed at the same batch
+    instead of some blocking in a collective."""
     iterator = iter(batches)
     try:
         while True:
             try:
-                item = next_together(iterator)
+                item = next_together(iterator, pending_signal())
             except StopIteration:
                 return
             yield item

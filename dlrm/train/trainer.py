@@ -19,7 +19,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -129,7 +129,8 @@ def build_embeddings(config: Config, table_sizes: Sequence[int]):
 
     world_size = dist.size()
     plan = plan_embeddings(table_sizes, config.model.embedding_dim, world_size, config.sharding,
-                           optimizer_slots=slots_for_optimizer(config.optimizer.optimizer))
+                           optimizer_slots=slots_for_optimizer(config.optimizer.optimizer)
+                           if config.train.mode == "train" else 0)  # eval and inference hold no slots
     check_plan_fits_machine(plan)
     if world_size == 1:
         from dlrm.embedding.local import LocalEmbedding
@@ -256,15 +257,19 @@ def make_train_step(parts: Parts):
     return train_step
 
 
-def evaluate(parts: Parts, predict_step) -> Tuple[float, float]:
-    """Exact AUC and log loss over the whole test mapping (all ranks' predictions)."""
+def evaluate(parts: Parts, predict_step,
+             pending_signal: Callable[[], Optional[int]] = lambda: None) -> Tuple[float, float]:
+    """Exact AUC and log loss over the whole test mapping (all ranks' predictions).
+
+    `pending_signal()`: a stop signal received meanwhile (training), agreed on at every batch so a long
+    evaluation does not delay the checkpoint past Slurm's KillWait."""
     from dlrm.metrics import exact_auc, log_loss_from_logits
     from dlrm.train.evaluate import predict_batches
 
     data = parts.config.data
     reader = make_reader(parts, data.test_mapping, data.eval_batch_size)
     # raises StopAgreed on every rank at once if one cannot read a batch: no rank is left in a collective
-    labels, logits = predict_batches(predict_step, stopping.read_together(reader))
+    labels, logits = predict_batches(predict_step, stopping.read_together(reader, pending_signal))
     # Every rank gets every prediction and scores them: the same numbers everywhere, no broadcast.
     labels = dist.allgather(tf.constant(labels), name="eval_labels").numpy()
     logits = dist.allgather(tf.constant(logits), name="eval_logits").numpy()
@@ -453,7 +458,7 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
     window_loss = 0.0
 
     def run_eval(at_step):
-        result.auc, result.logloss = evaluate(parts, predict_step)
+        result.auc, result.logloss = evaluate(parts, predict_step, lambda: stop_requests.signal_number)
         extra = {"bayes_auc": bayes_auc} if bayes_auc else {}
         log.eval(at_step, result.auc, result.logloss, **extra)
 
@@ -507,7 +512,7 @@ def _restore_for_training(parts: Parts, source: str, steps_per_epoch: int, log: 
     """Restore weights and optimizer state from `source`; returns its step."""
     cfg = parts.config
     dense, _, held = parts.checkpoint_variables(with_optimizer=True)
-    meta = checkpoint.restore_checkpoint(source, dense, held, strict=True,
+    meta = checkpoint.restore_checkpoint(source, dense, held, strict=True, comm=checkpoint.Collectives.from_dist(),
                                          model_shape=dict(parts.model_shape(), optimizer=cfg.optimizer.optimizer))
     step = int(meta["step"])
     if int(parts.optimizer.iterations.numpy()) != step:
@@ -543,7 +548,8 @@ def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes_auc: Optional[float
     if source is None:
         raise checkpoint.CheckpointError("--mode eval found no checkpoint to evaluate")
     dense, _, held = parts.checkpoint_variables(with_optimizer=False)
-    meta = checkpoint.restore_checkpoint(source, dense, held, model_shape=parts.model_shape(), strict=False)
+    meta = checkpoint.restore_checkpoint(source, dense, held, model_shape=parts.model_shape(), strict=False,
+                                         comm=checkpoint.Collectives.from_dist())
     started = time.perf_counter()
     try:
         auc, logloss = evaluate(parts, make_predict_step(parts.model))
@@ -564,8 +570,8 @@ def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
     step = 0
     if source:
         dense, _, held = parts.checkpoint_variables(with_optimizer=False)
-        step = int(checkpoint.restore_checkpoint(source, dense, held, model_shape=parts.model_shape(),
-                                                 strict=False)["step"])
+        step = int(checkpoint.restore_checkpoint(source, dense, held, model_shape=parts.model_shape(), strict=False,
+                                                 comm=checkpoint.Collectives.from_dist())["step"])
     predict_step = make_predict_step(parts.model)
     needed = train_cfg.benchmark_warmup_steps + train_cfg.benchmark_steps
     batches = []
