@@ -5,6 +5,7 @@ the preprocessing report.
 """
 from __future__ import annotations
 
+import errno
 import os
 from typing import Union
 
@@ -31,7 +32,22 @@ def write_text_atomically(path: Union[str, os.PathLike], text: str) -> None:
     except BaseException as error:
         if os.path.exists(tmp):
             os.unlink(tmp)  # a failed write (disk full, ...) leaves no temp file behind
-        if isinstance(error, OSError) and not error.filename:  # a failed write() does not name its file
-            raise OSError(error.errno, error.strerror or str(error), path) from error
+        if isinstance(error, OSError):
+            raise naming_file(error, path) from error
         raise
     fsync_dir(os.path.dirname(path) or ".")
+
+
+def naming_file(error: OSError, path: Union[str, os.PathLike]) -> OSError:
+    """`error`, naming `path` if it names no file (a failed `write()` says "No space left on device" only)."""
+    if error.filename:
+        return error
+    return OSError(error.errno, error.strerror or str(error), os.fspath(path))
+
+
+def describe_os_error(error: OSError) -> str:
+    """`<file>: <reason> (<ERRNO NAME>)`, e.g. `.../r0-10_c0-4.npy: No space left on device (ENOSPC)`."""
+    code = errno.errorcode.get(error.errno) if error.errno else None
+    reason = error.strerror or str(error)
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{reason}" + (f" ({code})" if code else "")

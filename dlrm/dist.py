@@ -120,13 +120,6 @@ def alltoall(tensor, splits, name: Optional[str] = None):
     return _require().alltoall(tensor, splits=splits, name=name)
 
 
-def allreduce_mean(tensor, name: Optional[str] = None):
-    """Rank mean. With 3+ ranks its float bits are reproducible only when no other float allreduce is in
-    flight at the same time (Horovod could fuse them); inside a training step use `distributed_tape`."""
-    hvd = _require()
-    return hvd.allreduce(tensor, op=hvd.Average, name=name)
-
-
 def allreduce_sum(tensor, name: Optional[str] = None):
     hvd = _require()
     return hvd.allreduce(tensor, op=hvd.Sum, name=name)

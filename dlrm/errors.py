@@ -48,3 +48,7 @@ class Interrupted(UserError):
         self.signal_number = signal_number
         self.exit_code = 128 + signal_number
         super().__init__(message)
+
+
+class PathError(UserError):
+    """A directory or file given on the command line that the run cannot create, read or write."""

@@ -242,6 +242,23 @@ def test_a_train_mapping_smaller_than_one_batch_with_drop_is_one_message(tmp_pat
     assert_one_clean_message(run.stderr, "error: mapping 'train' has no complete global batch of 16 rows")
 
 
+def test_an_unusable_run_dir_is_one_message(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    flags = tiny_run_flags(tmp_path / "no_dataset_needed", tmp_path / "file" / "run")
+    run = run_single(flags, timeout=180)
+    assert run.returncode == 1, run.stderr[-3000:]
+    line = assert_one_clean_message(run.stderr, "error:")
+    assert line.startswith(f"error: cannot write the run directory {tmp_path / 'file' / 'run'} (--run_dir): ") \
+        and "(ENOTDIR)" in line, line
+
+
+def test_lr_baseline_on_a_missing_dataset_is_one_message(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "dlrm.data.lr_baseline", str(tmp_path / "missing")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stderr
+    assert_one_clean_message(run.stderr, "error: invalid feature spec")
+
+
 def test_data_error_from_main_py_is_one_message_without_traceback(bad_id_dataset, tmp_path):
     run = run_single(tiny_run_flags(bad_id_dataset, tmp_path / "run"), timeout=180)
     assert run.returncode == 1, run.stderr[-3000:]

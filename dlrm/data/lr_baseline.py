@@ -7,13 +7,13 @@ the recorded Bayes AUC. CLI: `python -m dlrm.data.lr_baseline DATASET_DIR`.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Optional, Sequence
 
 import numpy as np
 
+from dlrm import argtypes
 from dlrm.metrics import exact_auc
 from dlrm.data.binary import Batch, BatchReader
 from dlrm.data.feature_spec import FeatureSpec
@@ -67,17 +67,28 @@ def logistic_regression_auc(spec: FeatureSpec, max_ids: int = 64, epochs: int = 
             "train_rows": int(n), "test_rows": int(test_ids.shape[0])}
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dlrm.data.lr_baseline", description=__doc__.split("\n")[0])
+def build_parser() -> argtypes.ArgumentParser:
+    parser = argtypes.ArgumentParser(prog="python -m dlrm.data.lr_baseline", description=__doc__.split("\n")[0])
     parser.add_argument("dataset", help="split-binary dataset directory (with feature_spec.yaml)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--max_ids", type=int, default=64)
-    parser.add_argument("--train_limit", type=int, default=None, help="use only the first N training rows")
-    args = parser.parse_args(argv)
+    parser.add_argument("--epochs", type=argtypes.positive_int, default=3)
+    parser.add_argument("--max_ids", type=argtypes.positive_int, default=64)
+    parser.add_argument("--train_limit", type=argtypes.positive_int, default=None,
+                        help="use only the first N training rows")
+    return parser
+
+
+def baseline_from_flags(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
     result = logistic_regression_auc(FeatureSpec.load(args.dataset), args.max_ids, args.epochs,
                                      train_limit=args.train_limit)
     print(json.dumps(result, indent=1))
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from dlrm.cli_errors import run_main
+
+    return run_main(baseline_from_flags, argv)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dlrm.atomic import fsync_dir, write_text_atomically
+from dlrm.atomic import describe_os_error, fsync_dir, naming_file, write_text_atomically
 from dlrm.embedding.base import TablePiece
+from dlrm.embedding.planner import format_bytes
 from dlrm.errors import PeerRankFailed, UserError
 
 LATEST = "latest"
@@ -110,9 +111,7 @@ def _write_npy(path: str, shape: Tuple[int, ...], dtype, chunks: Iterable[np.nda
             f.flush()
             os.fsync(f.fileno())
     except OSError as error:
-        if error.filename:
-            raise
-        raise OSError(error.errno, error.strerror or str(error), path) from error
+        raise naming_file(error, path) from error
 
 
 def _save_array(path: str, array: np.ndarray) -> None:
@@ -134,20 +133,12 @@ def _check_key(key: str, what: str) -> None:
         raise ValueError(f"{what} {key!r} is not a safe file name (letters, digits, '_', '.', '-')")
 
 
-def _describe_os_error(error: OSError) -> str:
-    """`<file>: <reason> (<ERRNO NAME>)`, e.g. `.../r0-10_c0-4.npy: No space left on device (ENOSPC)`."""
-    code = errno.errorcode.get(error.errno) if error.errno else None
-    reason = error.strerror or str(error)
-    where = f"{error.filename}: " if error.filename else ""
-    return f"{where}{reason}" + (f" ({code})" if code else "")
-
-
 def _attempt(action: Callable[[], None], what: str) -> Optional[str]:
     """Run `action`; a failed file operation becomes a message (every rank must reach the next agreement)."""
     try:
         action()
     except OSError as error:
-        return f"{what}: {_describe_os_error(error)}"
+        return f"{what}: {describe_os_error(error)}"
     return None
 
 
@@ -289,10 +280,6 @@ def _numpy_dtype(variable):
     return getattr(dtype, "as_numpy_dtype", dtype)  # tf.Variable or np.ndarray
 
 
-def _size(num_bytes: int) -> str:
-    return f"{num_bytes / (1 << 30):.2f} GiB" if num_bytes >= 1 << 30 else f"{num_bytes / (1 << 20):.2f} MiB"
-
-
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # the filesystem has no (working) flock
 
 
@@ -318,7 +305,7 @@ class CheckpointDirLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as error:
-            return f"cannot lock {self.root}: {_describe_os_error(error)}"
+            return f"cannot lock {self.root}: {describe_os_error(error)}"
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.ftruncate(fd, 0)
@@ -333,10 +320,10 @@ class CheckpointDirLock:
                         f"two runs must not write one directory; wait for that run to end or use another "
                         f"--save_checkpoint_path")
             if error.errno in _NO_LOCKS:  # e.g. a Lustre mount without `flock`: run unlocked, but say so
-                print(f"warning: {self.root} does not support file locks ({_describe_os_error(error)}); a second "
+                print(f"warning: {self.root} does not support file locks ({describe_os_error(error)}); a second "
                       f"run on this checkpoint directory would not be detected", file=sys.stderr, flush=True)
                 return None
-            return f"cannot lock {self.path}: {_describe_os_error(error)}"
+            return f"cannot lock {self.path}: {describe_os_error(error)}"
         self._fd = fd
         return None
 
@@ -363,7 +350,7 @@ def _writable(root: str) -> Optional[str]:
             os.fsync(f.fileno())
         os.remove(probe)
     except OSError as error:
-        return f"cannot write checkpoints to {root} (--save_checkpoint_path): {_describe_os_error(error)}"
+        return f"cannot write checkpoints to {root} (--save_checkpoint_path): {describe_os_error(error)}"
     return None
 
 
@@ -373,8 +360,8 @@ def _enough_space(root: str, needed: int) -> Optional[str]:
     if free >= needed:
         return None
     return (f"not enough free space for checkpoints in {root} (--save_checkpoint_path): one checkpoint of this "
-            f"model needs about {_size(needed)} ({needed} bytes: weights, optimizer slots and dense variables), "
-            f"{_size(free)} are free")
+            f"model needs about {format_bytes(needed, round_up=True)} ({needed} bytes: weights, optimizer slots and dense variables), "
+            f"{format_bytes(free)} are free")
 
 
 def prepare_checkpoint_dir(root: str, expected_bytes: int, comm: Optional[Collectives] = None) -> CheckpointDirLock:

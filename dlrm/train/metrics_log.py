@@ -18,6 +18,9 @@ import sys
 import time
 from typing import Dict, List, Optional, TextIO
 
+from dlrm.atomic import describe_os_error
+from dlrm.errors import PathError
+
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "metrics.png"
 TENSORBOARD_DIR = "tensorboard"
@@ -64,10 +67,14 @@ class MetricsLog:
         self._writer = None
         if not enabled:
             return
-        os.makedirs(run_dir, exist_ok=True)
         self.metrics_path = os.path.join(run_dir, METRICS_FILE)
-        _end_with_newline(self.metrics_path)  # a killed run may have left a torn last line
-        self._file = open(self.metrics_path, "a", buffering=1)
+        try:
+            os.makedirs(run_dir, exist_ok=True)
+            _end_with_newline(self.metrics_path)  # a killed run may have left a torn last line
+            self._file = open(self.metrics_path, "a", buffering=1)
+        except OSError as error:
+            raise PathError(f"cannot write the run directory {run_dir} (--run_dir): {describe_os_error(error)}") \
+                from None
         if tensorboard:
             import tensorflow as tf
 
