@@ -4,7 +4,7 @@
 VENV ?= $(or $(DLRM_VENV),.venv)
 PY := $(VENV)/bin/python
 
-.PHONY: env demo test test-fast
+.PHONY: env demo lint test test-fast
 
 env:
 	DLRM_VENV="$(abspath $(VENV))" bash scripts/bootstrap.sh
@@ -12,7 +12,11 @@ env:
 demo: env
 	$(PY) main.py
 
-test: env
+lint: env
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+test: lint
 	$(PY) -m pytest -v --durations=25 tests
 
 test-fast: env

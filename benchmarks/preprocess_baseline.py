@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from dlrm.data.binary import SplitBinaryWriter
-from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
+from dlrm.data.feature_spec import FeatureSpec
 from preproc_spark3.config import RAW_FIELD_COUNT, parse_days
 from preproc_spark3.transform import first_half_lines
 from preproc_spark3.validate import HEX_PATTERN, INTEGER_PATTERN

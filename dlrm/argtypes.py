@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+
 from dlrm.errors import UsageError
 
 SEED_LIMIT = 2**32  # numpy and TensorFlow accept seeds in [0, 2**32)

@@ -14,12 +14,20 @@ from __future__ import annotations
 import argparse
 from typing import Callable, Optional, Sequence
 
-from dlrm.argtypes import (DEBUG_HELP, ArgumentParser, count, layer_sizes, non_negative_number, positive_int,
-                           positive_number, seed, show_default)
+from dlrm.argtypes import (
+    DEBUG_HELP,
+    ArgumentParser,
+    count,
+    layer_sizes,
+    non_negative_number,
+    positive_int,
+    positive_number,
+    seed,
+    show_default,
+)
 from dlrm.config import ARCHS, Config
 from dlrm.data.criteo import PRESET_NAMES
 from dlrm.embedding.planner import OPTIMIZER_SLOTS, STRATEGIES, byte_size, positive_byte_size
-
 
 # The embedded demo (no --dataset_path): the tiny synthetic preset, a smaller model and batch, and an
 # optimizer that converges in one short epoch on 2 CPU cores. Measured in docs/training.md.

@@ -9,8 +9,14 @@ from typing import Optional, Sequence
 
 from dlrm import argtypes
 from dlrm.data.errors import DataError
-from preproc_spark3.config import (RAPIDS_JAR_ENV, PreprocConfig, PreprocessError, SparkSettings, parse_days,
-                                   parse_thresholds)
+from preproc_spark3.config import (
+    RAPIDS_JAR_ENV,
+    PreprocConfig,
+    PreprocessError,
+    SparkSettings,
+    parse_days,
+    parse_thresholds,
+)
 
 _SPARK_DEFAULTS = SparkSettings()
 _PREPROC_DEFAULTS = PreprocConfig(raw_dir="", out_dir="")

@@ -14,7 +14,8 @@ def build_dictionary(rows, thresholds: tuple[int, ...]):
 
     These are the parquet columns of <out_dir>/dictionary; feature is the 0-based index (C1 = 0).
     """
-    from pyspark.sql import Window, functions as F
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
     values = rows.select(F.posexplode(F.array(*[F.col(c) for c in CATEGORICAL_COLUMNS])).alias("feature", "value"))
     counts = values.filter(F.col("value").isNotNull()).groupBy("feature", "value").agg(F.count(F.lit(1)).alias("count"))

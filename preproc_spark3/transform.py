@@ -14,8 +14,7 @@ label float32, I1..I13 float32, C1..C26 int32, plus the provenance/order columns
 """
 from __future__ import annotations
 
-from preproc_spark3.config import (CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, TEST, TRAIN, VALIDATION,
-                                   PreprocConfig)
+from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, TEST, TRAIN, VALIDATION, PreprocConfig
 
 ORDER_COLUMNS = ("shuffle_key", "day", "line")
 

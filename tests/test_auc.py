@@ -6,8 +6,8 @@ import pytest
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
-from dlrm.model.dlrm import build_model
 from dlrm.metrics import exact_auc, log_loss_from_logits
+from dlrm.model.dlrm import build_model
 from dlrm.train.evaluate import make_predict_step, predict_batches
 
 

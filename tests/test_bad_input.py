@@ -9,11 +9,11 @@ import time
 
 import numpy as np
 import pytest
+from test_binary_io import CARDS, decode_kernels, make_dataset, random_rows  # noqa: F401 (fixture)
 
 from dlrm.data.binary import BatchReader, SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
 from dlrm.data.feature_spec import FeatureSpec
-from test_binary_io import CARDS, decode_kernels, make_dataset, random_rows  # noqa: F401 (fixture)
 from tests.multirank import ROOT, finish, rank_env, run_ranks, run_single, start_ranks
 
 

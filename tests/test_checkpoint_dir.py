@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dlrm.embedding.base import TablePiece
 from dlrm.cli_errors import user_error_text
+from dlrm.embedding.base import TablePiece
 from dlrm.errors import PeerRankFailed
 from dlrm.train import checkpoint as ckpt
 from dlrm.train.checkpoint import SINGLE_PROCESS, CheckpointError
-from tests.multirank import ROOT, finish, read_rank_results, rank_env, run_ranks, scratch_dir, start_ranks
+from tests.multirank import ROOT, finish, rank_env, read_rank_results, run_ranks, scratch_dir, start_ranks
 
 WORKER = "tests/checkpoint_dir_worker.py"
 IS_ROOT = os.geteuid() == 0

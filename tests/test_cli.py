@@ -2,7 +2,6 @@
 
 Bad flags of every entry point: refused with a message naming the flag, exit status 2, no traceback.
 """
-import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from dlrm.cli import DEMO_PRESET, build_parser, parse_config
-from dlrm.embedding.planner import parse_bytes
 from dlrm.config import Config
+from dlrm.embedding.planner import parse_bytes
 from dlrm.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,13 +14,13 @@ from typing import Optional
 
 import numpy as np
 import pytest
+from test_binary_io import CARDS, make_dataset
 
 from dlrm.data import decode
 from dlrm.data.binary import BatchReader, MappedFiles
 from dlrm.data.errors import DataError
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.validate import check_mappings
-from test_binary_io import CARDS, make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_ROWS, TEST_ROWS = 2048, 1024

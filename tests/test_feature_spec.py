@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 import yaml
+from test_binary_io import make_dataset
 
 from dlrm.data.criteo import preset_cardinalities
 from dlrm.data.errors import SpecError
 from dlrm.data.feature_spec import FeatureSpec, categorical_dtype
-from test_binary_io import make_dataset
 
 
 def test_smallest_id_dtype_holding_the_cardinality():

@@ -18,11 +18,9 @@ This file is also the worker: `python tests/test_hybrid_parallel.py --worker <ro
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest

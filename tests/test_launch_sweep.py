@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from multirank import RANK_ENV
+from slurm_cluster import KILL_WAIT_S, PARTITION, slurm_cluster  # noqa: F401  (pytest fixture)
 
 from dlrm.launch.spec import SpecError, load_spec
 from dlrm.launch.submit import ExecutorOptions, make_executor, wait_for_jobs
-from multirank import RANK_ENV
-from slurm_cluster import KILL_WAIT_S, PARTITION, slurm_cluster  # noqa: F401  (pytest fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

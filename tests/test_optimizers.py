@@ -4,8 +4,7 @@ import pytest
 import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
-from dlrm.train.optimizers import (LossScaledOptimizer, SparseSGD, build_optimizer,
-                                   sum_duplicate_rows)
+from dlrm.train.optimizers import LossScaledOptimizer, SparseSGD, build_optimizer, sum_duplicate_rows
 from dlrm.train.schedule import ReferenceSchedule
 
 LR = 0.1

@@ -12,8 +12,16 @@ import pytest
 
 from dlrm.config import ShardingConfig
 from dlrm.data.criteo import preset_cardinalities
-from dlrm.embedding.planner import (GiB, Plan, PlanError, format_bytes, minimum_rank_memory, parse_bytes,
-                                    plan_embeddings, slots_for_optimizer)
+from dlrm.embedding.planner import (
+    GiB,
+    Plan,
+    PlanError,
+    format_bytes,
+    minimum_rank_memory,
+    parse_bytes,
+    plan_embeddings,
+    slots_for_optimizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

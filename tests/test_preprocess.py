@@ -15,17 +15,23 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from criteo_raw import MALFORMED_KINDS, write_raw_days
+from reference_preprocess import reference_preprocess
+
 from dlrm.data.binary import BatchReader
 from dlrm.data.feature_spec import FeatureSpec
 from preproc_spark3.cli import parse_config
-from preproc_spark3.config import (MalformedInputError, PreprocConfig, PreprocessError, SparkSettings, parse_days,
-                                   parse_thresholds)
+from preproc_spark3.config import (
+    MalformedInputError,
+    PreprocConfig,
+    PreprocessError,
+    SparkSettings,
+    parse_days,
+    parse_thresholds,
+)
 from preproc_spark3.pipeline import run
 from preproc_spark3.session import spark_conf, start_session
 from preproc_spark3.to_binary import convert_split, part_files
-from reference_preprocess import reference_preprocess
 
 pytestmark = pytest.mark.spark
 

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 import pytest
+from test_binary_io import make_dataset
 
 from dlrm.data.binary import BatchReader, rank_slice
-from test_binary_io import make_dataset
 
 
 @pytest.fixture(scope="module")

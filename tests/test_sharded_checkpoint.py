@@ -14,8 +14,16 @@ import os
 import numpy as np
 import pytest
 
-from tests.test_hybrid_parallel import (STEPS, TOLERANCE, checkpoint_arrays, launch, losses, max_difference,
-                                        reference, three_rank_checkpoint)
+from tests.test_hybrid_parallel import (
+    STEPS,
+    TOLERANCE,
+    checkpoint_arrays,
+    launch,
+    losses,
+    max_difference,
+    reference,
+    three_rank_checkpoint,
+)
 
 
 def _piece_files(checkpoint_dir: str) -> list:

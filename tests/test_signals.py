@@ -13,8 +13,7 @@ import pytest
 
 from dlrm.train import checkpoint, stopping
 from dlrm.train.metrics_log import read_metrics
-from tests.test_resume_sigkill import (MAX_STEPS, ROOT, TIMEOUT, assert_same_final_weights, main_command,
-                                       run_main)
+from tests.test_resume_sigkill import MAX_STEPS, ROOT, TIMEOUT, assert_same_final_weights, main_command, run_main
 
 
 def training_started(run_dir) -> bool:

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
+from multirank import RANK_ENV
+from slurm_cluster import is_running, pids_with_env, slurm_cluster, start_cluster  # noqa: F401  (pytest fixture)
 
 from dlrm.train.metrics_log import METRICS_FILE, read_metrics
-from multirank import RANK_ENV
-from slurm_cluster import pids_with_env, is_running, slurm_cluster, start_cluster  # noqa: F401  (pytest fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "dlrm_multinode.sbatch"

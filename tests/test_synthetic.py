@@ -7,12 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from dlrm.metrics import exact_auc
 from dlrm.data.binary import BatchReader
 from dlrm.data.criteo import preset_cardinalities
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.lr_baseline import logistic_regression_auc
 from dlrm.data.synthetic import GROUND_TRUTH_FILE, ClickModel, generate_dataset, zipf_ids
+from dlrm.metrics import exact_auc
 
 TINY = preset_cardinalities("tiny")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

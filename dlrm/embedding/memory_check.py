@@ -9,7 +9,6 @@ every rank reaches the same verdict and rank 0 reports it once.
 """
 from __future__ import annotations
 
-import os
 import resource
 from typing import Optional, Tuple
 

@@ -20,7 +20,6 @@ from dlrm.model.mlp import MLP
 from dlrm.model.precision import compute_dtype, keras_policy
 
 
-
 class RecommenderModel(tf.keras.Model):
     """call(numerical [B,13] float32, categorical [B,T] int32, training=False) -> logits [B] float32."""
 

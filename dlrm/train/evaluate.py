@@ -11,7 +11,6 @@ import numpy as np
 import tensorflow as tf
 
 
-
 def make_predict_step(model):
     """A `tf.function` (one trace for every batch size, including 0) returning logits."""
 
