@@ -12,10 +12,8 @@
 #                          ranks are killed without a signal first (SIGKILL, node failure)
 
 dlrm_env_defaults() {
-  # --- Horovod: a rank that never joins a collective fails the job after a few minutes instead of
-  # burning the whole allocation (the stall check warns, the shutdown aborts).
-  export HOROVOD_STALL_CHECK_TIME_SECONDS="${HOROVOD_STALL_CHECK_TIME_SECONDS:-60}"
-  export HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="${HOROVOD_STALL_SHUTDOWN_TIME_SECONDS:-300}"
+  # --- Horovod: stall check and shutdown, from the file the trainer reads too (one place).
+  dlrm_horovod_defaults
   # --- NCCL (GPU collectives): warnings only; NCCL_DEBUG=INFO prints the chosen transports/rings.
   # If NCCL picks the wrong network interface (docker0, lo), set NCCL_SOCKET_IFNAME=ib0 or eth0.
   export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
@@ -32,6 +30,17 @@ dlrm_env_defaults() {
   export PYTHONUNBUFFERED=1
   # GPU pinning is not done here: dlrm/dist.py makes each rank see the GPU of its local rank
   # (from OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID), so every task can see all GPUs of its node.
+}
+
+# dlrm_horovod_defaults: exports each NAME=value of dlrm/horovod_defaults.env that is not set already.
+dlrm_horovod_defaults() {
+  local name value
+  while IFS='=' read -r name value; do
+    case "$name" in ''|'#'*) continue ;; esac
+    if [ -z "${!name:-}" ]; then
+      export "$name=$value"
+    fi
+  done < "$DLRM_ROOT/dlrm/horovod_defaults.env"
 }
 
 dlrm_resolve_python() {
