@@ -1,6 +1,6 @@
 """Train / evaluate DLRM or DCNv2: `python main.py --help`. With no flags, the embedded demo.
 
-Thin on purpose: flags become a `Config` in `dlrm.cli`, the work happens in `dlrm.train.trainer.run`,
+Thin on purpose: flags become a `Config` in `dlrm.cli`, the work happens in `dlrm.train.modes.run`,
 and errors are reported by `dlrm.cli_errors.run_main` (one message from one rank, no traceback
 unless `--debug`). Exit status: 0 on success, 2 for a bad command line, 128 + N when stopped by
 signal N, 1 for any other error (bad data, a model that does not fit, an unusable checkpoint, a NaN
@@ -13,9 +13,9 @@ def train(argv) -> int:
     from dlrm.cli import parse_config
 
     config = parse_config(argv)
-    from dlrm.train import trainer
+    from dlrm.train.modes import run
 
-    trainer.run(config)
+    run(config)
     return 0
 
 

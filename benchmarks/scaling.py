@@ -1,7 +1,7 @@
 """Scaling benchmark: samples/s and the share of step time spent in all-to-all and allreduce.
 
 World sizes 1 and 2 on this machine at one fixed global batch, both with the trainer's real step
-(`dlrm.train.trainer.make_train_step`): world 1 uses `LocalEmbedding`, world 2 the hybrid-parallel
+(`dlrm.train.step.make_train_step`): world 1 uses `LocalEmbedding`, world 2 the hybrid-parallel
 `DistributedEmbedding` (tables placed by the planner) over Horovod/Gloo. Cores are split, not
 multiplied: world 1 runs 2 intra-op threads, each of the 2 ranks runs 1 (the machine has 2 cores).
 
@@ -108,16 +108,17 @@ def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
 
     from dlrm import dist
     from dlrm.cli import parse_config
-    from dlrm.train import trainer
+    from dlrm.train.build import build_parts, configure_tensorflow, make_reader
+    from dlrm.train.step import make_train_step
 
     world = dist.launcher_world().size
     config = parse_config(model_flags(dataset, threads=2 // world))
-    trainer.configure_tensorflow(config.train)
-    dist.init()
-    parts = trainer.build_parts(config, dataset, with_optimizer=True)
-    step = trainer.make_train_step(parts)
+    configure_tensorflow(config.train)
+    group = dist.init()
+    parts = build_parts(config, dataset, group, with_optimizer=True)
+    step = make_train_step(parts)
     batches = []
-    for batch in trainer.make_reader(parts, "train", GLOBAL_BATCH, partial_batch="drop"):
+    for batch in make_reader(parts, "train", GLOBAL_BATCH, partial_batch="drop"):
         batches.append((tf.constant(batch.numerical), tf.constant(batch.categorical), tf.constant(batch.label),
                         tf.constant(np.float32(batch.global_rows))))
     for i in range(3):  # warm-up: tracing, first allocations

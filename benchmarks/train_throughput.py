@@ -3,7 +3,7 @@
 Measured in ONE process, in alternating windows (round-robin over all candidates, start rotated
 every round), medians reported, so machine noise hits every candidate alike:
 
-- ours: the trainer's real train step (`dlrm.train.trainer.make_train_step`: LocalEmbedding,
+- ours: the trainer's real train step (`dlrm.train.step.make_train_step`: LocalEmbedding,
   sparse SGD, Horovod tape at world size 1) in four variants: fp32, --xla, --amp, --amp --xla.
 - keras: the same model as a plain functional Keras model trained with `Model.fit` (Keras Dense
   layers, the autodiff dot interaction `reference_dot_interaction`), in its strongest settings:
@@ -52,12 +52,14 @@ import tensorflow as tf  # noqa: E402
 from benchmarks.machine import cpu_flags  # noqa: E402
 from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
+from dlrm.dist import single_process  # noqa: E402
 from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
 from dlrm.model.dlrm import build_model  # noqa: E402
 from dlrm.model.interaction import reference_dot_interaction  # noqa: E402
-from dlrm.train import trainer  # noqa: E402
+from dlrm.train.build import Parts, configure_tensorflow  # noqa: E402
 from dlrm.train.optimizers import build_optimizer  # noqa: E402
 from dlrm.train.schedule import ReferenceSchedule  # noqa: E402
+from dlrm.train.step import make_train_step  # noqa: E402
 
 MFLOP_PER_SAMPLE = 14.75  # DLRM forward + backward (criteo_reference.md)
 GEMM_SHAPE = (1024, 1024)  # [batch, 1024] x [1024, 1024]: the top MLP's typical layer
@@ -91,8 +93,9 @@ def ours(config: Config, embeddings, batches, amp: bool, xla: bool) -> Candidate
     model = build_model(config.model, embeddings, amp=amp, xla=xla)
     optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=amp)
     optimizer.build(model.trainable_variables)
-    parts = trainer.Parts(config=config, spec=None, embeddings=embeddings, model=model, optimizer=optimizer)
-    train_step = trainer.make_train_step(parts)
+    parts = Parts(config=config, group=single_process(), spec=None, embeddings=embeddings, model=model,
+                  optimizer=optimizer)
+    train_step = make_train_step(parts)
     global_rows = tf.constant(float(batches[0][0].shape[0]))
     cursor = [0]
 
@@ -301,7 +304,7 @@ def main(argv=None) -> dict:
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_before = list(os.getloadavg())
 
-    trainer.configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
+    configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
     config = Config()  # reference dims: 128, 512-256-128, 1024-1024-512-256-1
     config.optimizer = OptimizerConfig(optimizer="sgd", learning_rate=args.learning_rate, warmup_steps=0,
                                        decay_start_step=0, decay_steps=0)

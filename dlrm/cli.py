@@ -12,7 +12,7 @@ the flags the user actually typed; that is how the demo preset and the reference
 from __future__ import annotations
 
 import argparse
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from dlrm.argtypes import (
     DEBUG_HELP,
@@ -59,9 +59,9 @@ def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
     dest = flag.lstrip("-")
     defaults = Config()
     shown = [getattr(getattr(defaults, section), name) for section, name in targets][0]
-    demo = DEMO_PRESET.get(tuple(targets[0]))
+    demo = DEMO_PRESET.get((targets[0][0], targets[0][1]))
     suffix = f" (default: {show_default(shown)}" + (f"; demo: {show_default(demo)})" if demo is not None else ")")
-    kwargs = {"dest": dest, "help": help + suffix}
+    kwargs: Dict[str, Any] = {"dest": dest, "help": help + suffix}
     if action:
         kwargs["action"] = action
     else:
@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--partial_batch", [("data", "partial_batch")], "last smaller batch of an epoch",
          choices=["keep", "drop"])
     _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=count)
-    _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)", type=positive_int)
+    _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)",
+         type=positive_int)
     _add(data, "--skip_data_validation", [("data", "skip_data_validation")],
          "skip the start-up check of every id, numerical and label (for data validated already)",
          action="store_true")
@@ -154,8 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
          "checkpoint root; a run finding a checkpoint here resumes from it")
     _add(train, "--restore_checkpoint_path", [("train", "restore_checkpoint_path")],
          "checkpoint (root or step_* directory) to start from")
-    _add(train, "--checkpoint_every", [("train", "checkpoint_every_steps")], "checkpoint every N steps (and at the end)",
-         type=positive_int)
+    _add(train, "--checkpoint_every", [("train", "checkpoint_every_steps")],
+         "checkpoint every N steps (and at the end)", type=positive_int)
     _add(train, "--keep_checkpoints", [("train", "keep_checkpoints")], "complete checkpoints kept",
          type=positive_int)
     _add(train, "--amp", [("train", "amp")], "mixed precision (bfloat16 on CPU, float16 on GPU)",

@@ -51,9 +51,9 @@ def _save(args, comm) -> dict:
         return [(table, {"value": tf.Variable(np.full((rows, 64), step, np.float32))})]
 
     meta = {"model_shape": {"table_sizes": [4, 4], "embedding_dim": 64}}
-    checkpoint.save_checkpoint(args.root, 1, {}, piece(1, 4), meta, comm=comm)
+    checkpoint.save_checkpoint(args.root, 1, {}, piece(1, 4), meta, group=comm)
     rows = args.rows_of_rank_1 if comm.rank == 1 else 4
-    checkpoint.save_checkpoint(args.root, 2, {}, piece(2, rows), meta, comm=comm)
+    checkpoint.save_checkpoint(args.root, 2, {}, piece(2, rows), meta, group=comm)
     return {}
 
 
@@ -64,11 +64,11 @@ def _restore(args, comm) -> dict:
     table = TablePiece(comm.rank, 0, 4, 0, 64)
     variable = tf.Variable(np.ones((4, 64), np.float32))
     meta = {"model_shape": {"table_sizes": [4, 4], "embedding_dim": 64}}
-    path = checkpoint.save_checkpoint(args.root, 1, {}, [(table, {"value": variable})], meta, comm=comm)
+    path = checkpoint.save_checkpoint(args.root, 1, {}, [(table, {"value": variable})], meta, group=comm)
     if comm.rank == 1:
         os.remove(os.path.join(path, "embedding", "t1", "value", checkpoint.piece_file_name(table)))
     comm.barrier()
-    checkpoint.restore_checkpoint(path, {}, [(table, {"value": variable})], comm=comm)
+    checkpoint.restore_checkpoint(path, {}, [(table, {"value": variable})], group=comm)
     return {}
 
 
@@ -80,13 +80,12 @@ def main() -> None:
     parser.add_argument("--hold-until")
     parser.add_argument("--rows-of-rank-1", type=int, default=4)
     args = parser.parse_args()
-    dist.init()
-    comm = checkpoint.Collectives.from_dist()
+    comm = dist.start()
     try:
         report = dict(outcome="ok", **{"prepare": _prepare, "save": _save, "restore": _restore}[args.mode](args, comm))
     except UserError as error:
         report = {"outcome": type(error).__name__, "message": str(error),
-                  "printed": user_error_text(error, comm.rank, dist.size())}
+                  "printed": user_error_text(error, comm.rank, comm.size)}
     write_rank_result(comm.rank, report)
 
 

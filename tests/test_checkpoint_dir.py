@@ -20,11 +20,14 @@ import pytest
 import tensorflow as tf
 
 from dlrm.cli_errors import user_error_text
+from dlrm.dist import single_process
 from dlrm.embedding.base import TablePiece
 from dlrm.errors import PeerRankFailed
 from dlrm.train import checkpoint as ckpt
-from dlrm.train.checkpoint import SINGLE_PROCESS, CheckpointError
+from dlrm.train.checkpoint import CheckpointError
 from tests.multirank import ROOT, finish, rank_env, read_rank_results, run_ranks, scratch_dir, start_ranks
+
+SINGLE = single_process()  # a world of one, without Horovod
 
 WORKER = "tests/checkpoint_dir_worker.py"
 IS_ROOT = os.geteuid() == 0
@@ -75,7 +78,7 @@ def _dense():
 
 def _save(root, step, pieces, dense=None):
     meta = {"model_shape": {"table_sizes": [pieces[0][0].row_end], "embedding_dim": 64}}
-    return ckpt.save_checkpoint(root, step, dense or {}, pieces, meta, comm=SINGLE_PROCESS)
+    return ckpt.save_checkpoint(root, step, dense or {}, pieces, meta, group=SINGLE)
 
 
 # --------------------------------------------------------------------------------- start-up checks
@@ -84,15 +87,15 @@ def test_read_only_checkpoint_dir_is_refused_with_its_path_and_the_reason(read_o
     for root in (read_only_dir, os.path.join(read_only_dir, "ckpt")):  # the mount itself, and below it
         with pytest.raises(CheckpointError, match=rf"^cannot write checkpoints to {re.escape(root)} "
                                                   rf"\(--save_checkpoint_path\): .*{READ_ONLY_REASON}$"):
-            ckpt.prepare_checkpoint_dir(root, 1000, SINGLE_PROCESS)
+            ckpt.prepare_checkpoint_dir(root, 1000, SINGLE)
 
 
 def test_too_small_filesystem_is_refused_and_one_with_room_is_locked(tmp_path):
     with tmpfs(tmp_path / "small", "1m") as root:
         with pytest.raises(CheckpointError, match=rf"^not enough free space for checkpoints in {re.escape(root)} "
                                                   r".*needs about 2\.00 MiB \(2097152 bytes.*, 1\.00 MiB are free$"):
-            ckpt.prepare_checkpoint_dir(root, 2 << 20, SINGLE_PROCESS)
-        with ckpt.prepare_checkpoint_dir(root, 512 << 10, SINGLE_PROCESS) as lock:
+            ckpt.prepare_checkpoint_dir(root, 2 << 20, SINGLE)
+        with ckpt.prepare_checkpoint_dir(root, 512 << 10, SINGLE) as lock:
             assert lock.held
             holder = open(os.path.join(root, "lock")).read()
             assert holder.startswith(f"pid {os.getpid()} on host {socket.gethostname()} since ")
@@ -111,8 +114,9 @@ def test_size_estimate_covers_what_a_save_writes(tmp_path):
 
 
 HOLDER = """import sys, time
+from dlrm.dist import single_process
 from dlrm.train import checkpoint
-lock = checkpoint.prepare_checkpoint_dir(sys.argv[1], 1000, checkpoint.SINGLE_PROCESS)
+lock = checkpoint.prepare_checkpoint_dir(sys.argv[1], 1000, single_process())
 print("locked", flush=True)
 time.sleep(300)
 """
@@ -138,8 +142,8 @@ def test_second_writer_is_refused_naming_the_holder_until_the_holder_is_killed(t
         with pytest.raises(CheckpointError, match=rf"^checkpoint directory {re.escape(root)} is in use by another "
                                                   rf"run \(pid {holder.pid} on host {re.escape(socket.gethostname())}"
                                                   r" since .*\): .*use another --save_checkpoint_path$"):
-            ckpt.prepare_checkpoint_dir(root, 1000, SINGLE_PROCESS)
-    with ckpt.prepare_checkpoint_dir(root, 1000, SINGLE_PROCESS) as lock:  # the stale lock file is no obstacle
+            ckpt.prepare_checkpoint_dir(root, 1000, SINGLE)
+    with ckpt.prepare_checkpoint_dir(root, 1000, SINGLE) as lock:  # the stale lock file is no obstacle
         assert lock.held
 
 
@@ -148,7 +152,7 @@ def test_second_writer_is_refused_naming_the_holder_until_the_holder_is_killed(t
 @pytest.mark.parametrize("chunk_rows", [None, 1000], ids=["whole", "row_chunks"])
 def test_disk_full_names_the_file_and_enospc_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, chunk_rows):
     if chunk_rows:
-        monkeypatch.setattr(ckpt, "_CHUNK_ROWS", chunk_rows)  # the big-table path (it used a memory map)
+        monkeypatch.setattr(ckpt.files, "_CHUNK_ROWS", chunk_rows)  # the big-table path (it used a memory map)
     with tmpfs(tmp_path / "full", "1m") as root:
         _save(root, 1, _pieces(10, 1.0))
         with pytest.raises(CheckpointError) as raised:
@@ -161,7 +165,7 @@ def test_disk_full_names_the_file_and_enospc_and_keeps_the_previous_checkpoint(t
         assert sorted(os.listdir(root)) == ["latest", "step_00000001"]
         assert open(os.path.join(root, "latest")).read() == "step_00000001\n"
         restored = _pieces(10, 0.0)
-        ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, restored)
+        ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, restored, group=SINGLE)
         np.testing.assert_array_equal(restored[0][1]["value"].numpy(), np.ones((10, 64), np.float32))
 
 
@@ -169,12 +173,12 @@ def test_disk_full_names_the_file_and_enospc_and_keeps_the_previous_checkpoint(t
 
 def _train(tmp_path, save_path, *flags):
     from dlrm.cli import parse_config
-    from dlrm.train import trainer
+    from dlrm.train.modes import run
     from tests.test_trainer import SMALL
 
     config = parse_config(["--synthetic_dir", str(tmp_path / "data"), "--run_dir", str(tmp_path / "run"),
                            "--save_checkpoint_path", save_path, "--max_steps", "2", *SMALL, *flags])
-    return trainer.run(config)
+    return run(config)
 
 
 def _trained_steps(tmp_path) -> list:

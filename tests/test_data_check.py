@@ -250,7 +250,7 @@ def _worker(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
     from dlrm import dist
     from dlrm.cli_errors import user_error_text
     from dlrm.errors import UserError
-    from dlrm.train.trainer import cores_per_rank
+    from dlrm.train.build import cores_per_rank
     from tests.multirank import write_rank_result
 
     dist.init()

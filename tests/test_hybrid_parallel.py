@@ -2,7 +2,7 @@
 
 One tiny DLRM whose 26 tables are planned into all four layouts at N = 2 and N = 3 (table 0
 row-sliced, table 1 column-sliced, tables of <= 6 rows replicated, the rest whole) is trained with
-the trainer's real code path (`dlrm.train.trainer.run`: reader with per-rank slices, the real
+the trainer's real code path (`dlrm.train.modes.run`: reader with per-rank slices, the real
 `tf.function` step, optimizer, checkpoint writer) for one epoch of 23 rows at global batch 7 — batches
 of 7, 7, 7 and a last one of 2 rows, so the per-rank batches are uneven and at N = 3 one rank gets no
 rows at all. Per optimizer (SGD and sparse Adagrad) the per-step losses and the final weights (dense,
@@ -78,15 +78,15 @@ def _worker(role: str, base: str, dataset: str, optimizers: list, restore_from: 
     """role: 'reference' (one process) or 'ranks'; trains with `optimizers`, optionally restores."""
     from dlrm import dist
     from dlrm.cli import parse_config
-    from dlrm.train import trainer
+    from dlrm.train.modes import run
     from tests.multirank import write_rank_result
 
-    dist.init()
-    rank = dist.rank()
-    result = {"rank": rank, "world": dist.size()}
+    group = dist.start()
+    rank = group.rank
+    result = {"rank": rank, "world": group.size}
 
     def config(flags):
-        return parse_config(flags if dist.size() > 1 else without_rank_memory(flags))
+        return parse_config(flags if group.size > 1 else without_rank_memory(flags))
 
     if role == "ranks":
         from tests.test_distributed_embedding import check_layer_against_local
@@ -94,13 +94,13 @@ def _worker(role: str, base: str, dataset: str, optimizers: list, restore_from: 
         result["layer"] = check_layer_against_local()
     for optimizer in optimizers:
         out = os.path.join(base, optimizer)
-        trainer.run(config(train_flags(dataset, optimizer, out + "/run", out + "/ckpt")))
+        run(config(train_flags(dataset, optimizer, out + "/run", out + "/ckpt")))
     if restore_from:
         out = os.path.join(base, "restored")
-        trainer.run(config(restore_flags(dataset, restore_from, out + "/run", out + "/ckpt")))
+        run(config(restore_flags(dataset, restore_from, out + "/run", out + "/ckpt")))
     if role == "reference":
         out = os.path.join(base, "continued")
-        trainer.run(config(continued_flags(dataset, out + "/run", out + "/ckpt")))
+        run(config(continued_flags(dataset, out + "/run", out + "/ckpt")))
     write_rank_result(rank, result)
 
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from dlrm.cli import parse_config
-from dlrm.train import trainer
+from dlrm.train.modes import run
 
 TARGET = 0.97
 
@@ -16,7 +16,7 @@ def test_tiny_synthetic_reaches_97_percent_of_bayes_auc(tmp_path):
     config = parse_config(["--synthetic_dir", str(tmp_path / "data"), "--run_dir", str(tmp_path / "run"),
                            "--intra_op_threads", "2"])
     started = time.time()
-    result = trainer.run(config)
+    result = run(config)
     seconds = time.time() - started
     print(f"AUC {result.auc:.5f} vs Bayes-optimal {result.bayes_auc:.5f} "
           f"(ratio {result.auc / result.bayes_auc:.4f}) after {result.step} steps in {seconds:.0f} s")

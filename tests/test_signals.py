@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from dlrm.dist import single_process
 from dlrm.train import checkpoint, stopping
 from dlrm.train.metrics_log import read_metrics
 from tests.test_resume_sigkill import MAX_STEPS, ROOT, TIMEOUT, assert_same_final_weights, main_command, run_main
@@ -66,9 +67,10 @@ def test_signal_checkpoints_exits_128_plus_signal_and_the_same_command_resumes(t
 # A process that holds the run's handlers and signals itself, as a terminal does on Ctrl-C.
 SIGNAL_TWICE = textwrap.dedent("""
     import os, signal, sys, time
+    from dlrm.dist import single_process
     from dlrm.train import stopping
     before = {number: signal.getsignal(number) for number in stopping.STOP_SIGNALS}
-    with stopping.StopRequests() as requests:
+    with stopping.StopRequests(single_process()) as requests:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
         print("first:", requests.signal_number, flush=True)
@@ -149,7 +151,7 @@ def test_a_signal_during_an_evaluation_stops_it_at_the_next_batch():
     """A long evaluation between steps must not delay the checkpoint past Slurm's KillWait: the signal
     is agreed on at every evaluation batch (one process: the agreement needs no peer)."""
     pending = iter([None, None, signal.SIGTERM])
-    batches = stopping.read_together(range(10), lambda: next(pending))
+    batches = stopping.read_together(range(10), single_process(), lambda: next(pending))
     with pytest.raises(stopping.StopAgreed) as stopped:
         list(batches)
     assert stopped.value.signal_number == signal.SIGTERM and stopped.value.failed_rank is None

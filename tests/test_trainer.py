@@ -12,8 +12,15 @@ import tensorflow as tf
 from dlrm.cli import parse_config
 from dlrm.data.binary import BatchReader
 from dlrm.data.errors import DataError
-from dlrm.train import checkpoint, trainer
+from dlrm.dist import single_process
+from dlrm.train import checkpoint, checkpointing
+from dlrm.train.build import build_parts, configure_tensorflow, make_reader
+from dlrm.train.dataset import prepare_dataset
 from dlrm.train.metrics_log import MetricsLog, read_metrics
+from dlrm.train.modes import run
+from dlrm.train.step import make_train_step
+
+ONE = single_process()  # a world of one, without Horovod
 
 # A small model on a small synthetic dataset: a few seconds per run on 2 cores.
 SMALL = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--global_batch_size", "512",
@@ -29,7 +36,7 @@ def synthetic_dir(tmp_path_factory):
 
 def _run(synthetic_dir, tmp_path, *flags):
     config = parse_config(["--synthetic_dir", synthetic_dir, "--run_dir", str(tmp_path / "run")] + SMALL + list(flags))
-    return trainer.run(config)
+    return run(config)
 
 
 @pytest.mark.parametrize("arch, optimizer, lr, extra", [("dlrm", "sgd", "0.5", []),
@@ -89,7 +96,7 @@ DIVERGED = re.compile(r"^(training loss is \S+|weights are NaN/inf) at step (\d+
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_path):
     ckpt_dir = str(tmp_path / "ckpt")
-    with pytest.raises(trainer.NonFiniteLossError) as error:
+    with pytest.raises(checkpointing.NonFiniteLossError) as error:
         # the warmup starts at lr 0 (good checkpoints), then an absurd learning rate blows the weights up
         _run(synthetic_dir, tmp_path, "--optimizer", "sgd", "--learning_rate", "1e37", "--warmup_steps", "4",
              "--decay_steps", "0", "--max_steps", "12", "--checkpoint_every", "1", "--keep_checkpoints", "20",
@@ -119,7 +126,7 @@ def test_both_divergence_checks_give_one_message(synthetic_dir, tmp_path, poison
     suffix = ".m.npy" if poisoned == "adam_m" else "bias.npy"  # the last bias adds to the logit directly
     target = sorted(name for name in os.listdir(dense) if name.endswith(suffix))[-1]
     np.save(dense / target, np.full_like(np.load(dense / target), np.nan))
-    with pytest.raises(trainer.NonFiniteLossError) as error:
+    with pytest.raises(checkpointing.NonFiniteLossError) as error:
         _run(synthetic_dir, tmp_path, "--max_steps", "4", *flags)
     match = DIVERGED.match(str(error.value))
     assert match, str(error.value)
@@ -130,9 +137,9 @@ def test_both_divergence_checks_give_one_message(synthetic_dir, tmp_path, poison
 def test_reader_gets_the_configured_decode_threads_and_prefetch(synthetic_dir):
     config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL + ["--decode_threads", "2",
                                                                         "--prefetch_batches", "3"])
-    parts = trainer.build_parts(config, trainer.prepare_dataset(config.data, MetricsLog("", enabled=False)),
-                                with_optimizer=False)
-    reader = trainer.make_reader(parts, config.data.train_mapping, 512)
+    parts = build_parts(config, prepare_dataset(config.data, ONE, MetricsLog("", enabled=False)), ONE,
+                        with_optimizer=False)
+    reader = make_reader(parts, config.data.train_mapping, 512)
     assert (reader.threads, reader.prefetch) == (2, 3)
     two_threads = list(reader)
     one_thread = list(BatchReader(parts.spec, config.data.train_mapping, 512, threads=1))
@@ -143,10 +150,10 @@ def test_reader_gets_the_configured_decode_threads_and_prefetch(synthetic_dir):
 
 def test_loss_is_the_global_batch_mean_also_for_a_short_batch(synthetic_dir, tmp_path):
     config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL + ["--optimizer", "sgd"])
-    trainer.configure_tensorflow(config.train)
-    parts = trainer.build_parts(config, trainer.prepare_dataset(config.data, MetricsLog("", enabled=False)),
-                                with_optimizer=True)
-    step = trainer.make_train_step(parts)
+    configure_tensorflow(config.train)
+    parts = build_parts(config, prepare_dataset(config.data, ONE, MetricsLog("", enabled=False)), ONE,
+                        with_optimizer=True)
+    step = make_train_step(parts)
     rng = np.random.default_rng(0)
     for rows in (512, 37):  # a full and a short last batch: the loss is the mean over its rows
         numerical = rng.random((rows, 13), dtype=np.float32)
@@ -198,15 +205,15 @@ def test_partial_batch_drop_reports_the_skipped_rows(synthetic_dir, tmp_path):
 def test_weights_are_checked_for_nan_and_inf_in_row_chunks(monkeypatch):
     """The check before a checkpoint looks at big tables a few rows at a time (no bool copy of a
     whole table), and still finds a NaN or inf in any chunk, the last partial one included."""
-    monkeypatch.setattr(trainer, "FINITE_CHECK_ROWS", 4)
+    monkeypatch.setattr(checkpointing, "FINITE_CHECK_ROWS", 4)
     table = np.ones((10, 3), np.float32)  # chunks of rows 0-3, 4-7, 8-9
     scalar, counter = tf.Variable(1.5), tf.Variable(np.int64(7))
-    assert trainer._all_finite([tf.Variable(table), scalar, counter])
+    assert checkpointing.all_finite([tf.Variable(table), scalar, counter], ONE)
     for row, value in [(0, np.nan), (5, np.inf), (9, -np.inf)]:
         bad = table.copy()
         bad[row, 1] = value
-        assert not trainer._all_finite([tf.Variable(bad), scalar, counter]), (row, value)
-    assert not trainer._all_finite([tf.Variable(table), tf.Variable(np.nan)])
+        assert not checkpointing.all_finite([tf.Variable(bad), scalar, counter], ONE), (row, value)
+    assert not checkpointing.all_finite([tf.Variable(table), tf.Variable(np.nan)], ONE)
 
 
 # ----------------------------------------------------------------------------- stopping on an error
@@ -216,7 +223,7 @@ def bad_label_dataset(synthetic_dir, tmp_path):
     from test_bad_input import poke
 
     config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL)
-    trainer.prepare_dataset(config.data, MetricsLog("", enabled=False))  # generated if no test did yet
+    prepare_dataset(config.data, ONE, MetricsLog("", enabled=False))  # generated if no test did yet
 
     def make(mapping, row):
         copy = tmp_path / "bad_data"

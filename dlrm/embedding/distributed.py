@@ -45,14 +45,15 @@ class DistributedEmbedding(EmbeddingCollection):
     """`EmbeddingCollection` whose tables are placed on ranks according to a planner `Plan`."""
 
     def __init__(self, plan: Plan, table_sizes: Optional[Sequence[int]] = None, dim: Optional[int] = None,
-                 seed: int = 0, name: str = "embeddings"):
+                 seed: int = 0, name: str = "embeddings", group: Optional[dist.ProcessGroup] = None):
         """`table_sizes` and `dim` default to the plan's; when given they must match it."""
         table_sizes = [t.rows for t in plan.tables] if table_sizes is None else table_sizes
         super().__init__(table_sizes, plan.dim if dim is None else dim, name=name, dtype="float32")
         self.plan = plan
         self.seed = int(seed)
-        self.rank = dist.rank()
-        self.world_size = dist.size()
+        self.group = group if group is not None else dist.init()
+        self.rank = self.group.rank
+        self.world_size = self.group.size
         self._check_plan()
         self.replicated_tables: Dict[int, tf.Variable] = {}
         self._shards: List[Tuple[TablePiece, tf.Variable]] = []  # pieces this rank owns alone
@@ -164,10 +165,10 @@ class DistributedEmbedding(EmbeddingCollection):
                     start[:, None] + tf.range(width, dtype=tf.int64)[None, :], [-1]))
                 count += n
             send_counts.append(count)
-        received, received_splits = dist.alltoall(
+        received, received_splits = self.group.alltoall(
             tf.concat(send_pairs, axis=0), tf.stack(send_counts), name=f"{self.name}_ids")
         vectors = self._owner_lookup(received, received_splits)
-        returned, _ = dist.alltoall(vectors[0], vectors[1], name=f"{self.name}_vectors")
+        returned, _ = self.group.alltoall(vectors[0], vectors[1], name=f"{self.name}_vectors")
         flat = tf.math.unsorted_segment_sum(
             returned, tf.concat(send_positions, axis=0),
             tf.cast(batch, tf.int64) * num_tables * dim)

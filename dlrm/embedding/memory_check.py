@@ -86,12 +86,12 @@ def available_memory(ranks_on_node: int = 1) -> Tuple[int, str]:
     return min(known)
 
 
-def check_plan_fits_machine(plan: Plan) -> None:
+def check_plan_fits_machine(plan: Plan, group: dist.ProcessGroup) -> None:
     """Raise `NotEnoughMemory` on every rank if the tables of any rank exceed the memory it has."""
     world = dist.launcher_world()
     share, limited_by = available_memory(world.local_size)
-    mine = plan.ranks[dist.rank()].memory_bytes
-    figures = dist.allgather_object([mine, share, world.local_size, limited_by])
+    mine = plan.ranks[group.rank].memory_bytes
+    figures = group.allgather_object([mine, share, world.local_size, limited_by])
     short = [(rank, need, have, local, why) for rank, (need, have, local, why) in enumerate(figures) if need > have]
     if not short:
         return

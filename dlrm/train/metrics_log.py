@@ -16,7 +16,7 @@ import math
 import os
 import sys
 import time
-from typing import Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO
 
 from dlrm.atomic import describe_os_error
 from dlrm.errors import PathError
@@ -62,9 +62,9 @@ class MetricsLog:
         self.enabled = enabled
         self.run_dir = run_dir
         self.stream = stream or sys.stdout
-        self._bar = None
-        self._file = None
-        self._writer = None
+        self._bar: Any = None  # a tqdm bar on a watched terminal
+        self._file: Optional[TextIO] = None
+        self._writer: Any = None  # a TensorBoard summary writer
         if not enabled:
             return
         self.metrics_path = os.path.join(run_dir, METRICS_FILE)
@@ -99,7 +99,8 @@ class MetricsLog:
     def _record(self, kind: str, step: int, values: Dict[str, float]) -> None:
         record = {"kind": kind, "step": int(step), "time": round(time.time(), 3)}
         record.update({k: _json_value(v) for k, v in values.items()})
-        self._file.write(json.dumps(record) + "\n")
+        if self._file is not None:  # always open when enabled
+            self._file.write(json.dumps(record) + "\n")
         if self._writer is not None:
             import tensorflow as tf
 

@@ -74,6 +74,10 @@ class SparseOptimizer:
         return {"iterations": self.iterations}
 
     # -- update ------------------------------------------------------------------------------
+    def scale_loss(self, loss):
+        """The loss to differentiate: unchanged here; `LossScaledOptimizer` multiplies it."""
+        return loss
+
     def apply(self, grads_and_vars) -> None:
         """Apply one update with lr = schedule(iterations), then advance `iterations`."""
         pairs: List = [(g, v) for g, v in grads_and_vars if g is not None]

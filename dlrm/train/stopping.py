@@ -2,7 +2,7 @@
 
 Ranks run in lockstep through collectives, so a rank that stops on its own leaves the others blocked
 in the next collective until Horovod's stall check kills them, and nothing is saved. Instead, before
-each step every rank reads its next batch, then all ranks exchange one integer (`dist.max_over_ranks`)
+each step every rank reads its next batch, then all ranks exchange one integer (`ProcessGroup.max_over_ranks`)
 saying whether any of them wants to stop: a signal arrived, or reading raised an error. If one does,
 every rank learns it at the same step boundary; the trainer writes a checkpoint of the last good state
 and raises `StopAgreed.final_error()`: the failing rank its own error, the others `PeerRankFailed`, and
@@ -19,7 +19,7 @@ import signal
 import threading
 from typing import Callable, Iterable, Iterator, Optional
 
-from dlrm import dist
+from dlrm.dist import ProcessGroup
 from dlrm.errors import Interrupted, PeerRankFailed
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -39,16 +39,18 @@ def signal_name(signal_number: int) -> str:
 class StopAgreed(Exception):
     """Every rank agreed to stop at this step boundary (caught by the trainer, never shown to users)."""
 
-    def __init__(self, signal_number: Optional[int], failed_rank: Optional[int], own_error: Optional[BaseException]):
+    def __init__(self, signal_number: Optional[int], failed_rank: Optional[int], own_error: Optional[BaseException],
+                 world_size: int = 1):
         super().__init__(f"stop agreed (signal {signal_number}, failed rank {failed_rank})")
         self.signal_number = signal_number
         self.failed_rank = failed_rank
         self.own_error = own_error
+        self.world_size = world_size
 
     def reason(self) -> str:
         if self.failed_rank is None:
-            return f"received {signal_name(self.signal_number)}"
-        return f"rank {self.failed_rank} could not read its data" if dist.size() > 1 else "could not read the data"
+            return f"received {signal_name(self.signal_number or 0)}"
+        return f"rank {self.failed_rank} could not read its data" if self.world_size > 1 else "could not read the data"
 
     def final_error(self, where: str = "", checkpoint_note: str = "") -> BaseException:
         """What this rank raises once the checkpoint (if any) is written: its own error, PeerRankFailed or
@@ -56,24 +58,24 @@ class StopAgreed(Exception):
         if self.own_error is not None:
             return self.own_error
         if self.failed_rank is None:
-            stopped = " ".join(filter(None, [f"stopped by {signal_name(self.signal_number)}", where]))
-            return Interrupted(self.signal_number, "; ".join(filter(None, [stopped, checkpoint_note])))
+            stopped = " ".join(filter(None, [f"stopped by {signal_name(self.signal_number or 0)}", where]))
+            return Interrupted(self.signal_number or 0, "; ".join(filter(None, [stopped, checkpoint_note])))
         stopped = " ".join(filter(None, ["stopped", where, f"because rank {self.failed_rank} failed"]))
         return PeerRankFailed(self.failed_rank, "; ".join(filter(None, [f"{stopped} (its message is above)",
                                                                         checkpoint_note])))
 
 
-def _agree(error: Optional[BaseException], signal_number: Optional[int]) -> None:
+def _agree(group: ProcessGroup, error: Optional[BaseException], signal_number: Optional[int]) -> None:
     """One scalar collective: raise StopAgreed on every rank if any rank has an error or a signal."""
-    own = ERROR_CODE + dist.size() - dist.rank() if error is not None else (signal_number or 0)
-    agreed = dist.max_over_ranks(own, name="stop_agreement")
+    own = ERROR_CODE + group.size - group.rank if error is not None else (signal_number or 0)
+    agreed = group.max_over_ranks(own, name="stop_agreement")
     if agreed >= ERROR_CODE:
-        raise StopAgreed(None, dist.size() - (agreed - ERROR_CODE), error)
+        raise StopAgreed(None, group.size - (agreed - ERROR_CODE), error, group.size)
     if agreed:
-        raise StopAgreed(agreed, None, None)
+        raise StopAgreed(agreed, None, None, group.size)
 
 
-def next_together(items: Iterator, signal_number: Optional[int] = None):
+def next_together(items: Iterator, group: ProcessGroup, signal_number: Optional[int] = None):
     """`next(items)` once every rank has its next item and no signal arrived; else StopAgreed on all ranks.
 
     StopIteration passes through without a collective: every rank holds the same number of batches.
@@ -84,11 +86,12 @@ def next_together(items: Iterator, signal_number: Optional[int] = None):
         raise
     except Exception as read_error:  # noqa: BLE001 - any failure to read must reach the other ranks
         item, error = None, read_error
-    _agree(error, signal_number)
+    _agree(group, error, signal_number)
     return item
 
 
-def read_together(batches: Iterable, pending_signal: Callable[[], Optional[int]] = lambda: None) -> Iterator:
+def read_together(batches: Iterable, group: ProcessGroup,
+                  pending_signal: Callable[[], Optional[int]] = lambda: None) -> Iterator:
     """Iterate `batches` in step with the other ranks (evaluation): when one rank cannot read its next
     batch, or `pending_signal()` reports a stop signal, every rank raises StopAgreed at the same batch
     instead of some blocking in a collective."""
@@ -96,7 +99,7 @@ def read_together(batches: Iterable, pending_signal: Callable[[], Optional[int]]
     try:
         while True:
             try:
-                item = next_together(iterator, pending_signal())
+                item = next_together(iterator, group, pending_signal())
             except StopIteration:
                 return
             yield item
@@ -115,10 +118,11 @@ class StopRequests:
     data errors are agreed on.
     """
 
-    def __init__(self, announce: bool = True):
+    def __init__(self, group: ProcessGroup, announce: bool = True):
+        self.group = group
         self.announce = announce
         self.signal_number: Optional[int] = None
-        self._previous = {}
+        self._previous: dict = {}
 
     def __enter__(self) -> "StopRequests":
         if threading.current_thread() is threading.main_thread():
@@ -144,8 +148,8 @@ class StopRequests:
 
     def next_batch(self, batches: Iterator):
         """The next training batch once all ranks agreed to go on; StopAgreed on every rank otherwise."""
-        return next_together(batches, self.signal_number)
+        return next_together(batches, self.group, self.signal_number)
 
     def check(self) -> None:
         """Agree on signals only (after the last step): StopAgreed on every rank if any rank got one."""
-        _agree(None, self.signal_number)
+        _agree(self.group, None, self.signal_number)

@@ -1,0 +1,148 @@
+"""The build step: TensorFlow set-up, the embedding layer for this world size, and the `Parts` of a run.
+
+The rank-dependent pieces are made here from the run's process group: the embedding layer (one
+process: `LocalEmbedding`; several: the planner's hybrid-parallel placement) and the reader's per-rank
+slice of each batch (`make_reader`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+
+from dlrm import dist
+from dlrm.config import Config, TrainConfig
+from dlrm.data.binary import BatchReader
+from dlrm.data.feature_spec import FeatureSpec
+from dlrm.embedding.base import EmbeddingCollection
+from dlrm.embedding.distributed import DistributedEmbedding
+from dlrm.embedding.local import LocalEmbedding
+from dlrm.embedding.memory_check import check_plan_fits_machine
+from dlrm.embedding.planner import Plan, plan_embeddings, slots_for_optimizer
+from dlrm.model.dlrm import RecommenderModel, build_model
+from dlrm.train.checkpoint import PieceSlots
+from dlrm.train.optimizers import LossScaledOptimizer, SparseOptimizer, build_optimizer
+from dlrm.train.schedule import ReferenceSchedule
+
+Optimizer = Union[SparseOptimizer, LossScaledOptimizer]
+
+
+def cores_per_rank() -> int:
+    """This machine's cores divided among the ranks running on it."""
+    return max(1, (os.cpu_count() or 1) // max(1, dist.launcher_world().local_size))
+
+
+def configure_tensorflow(train_cfg: TrainConfig) -> None:
+    """Seeds, deterministic kernels and explicit thread counts: a rerun computes the same bits."""
+    intra = train_cfg.intra_op_threads or cores_per_rank()
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+        tf.config.threading.set_inter_op_parallelism_threads(train_cfg.inter_op_threads)
+    except RuntimeError:
+        # TensorFlow already started in this process (several runs in one test process): keep its
+        # thread pools; they were set by the first run.
+        pass
+    tf.config.experimental.enable_op_determinism()
+    tf.keras.utils.set_random_seed(train_cfg.seed)
+
+
+def build_embeddings(config: Config, table_sizes: Sequence[int],
+                     group: dist.ProcessGroup) -> Tuple[EmbeddingCollection, Optional[Plan]]:
+    """LocalEmbedding for one process; the planner's hybrid-parallel placement for several (with its plan).
+
+    The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
+    before anything is allocated."""
+    plan = plan_embeddings(table_sizes, config.model.embedding_dim, group.size, config.sharding,
+                           optimizer_slots=slots_for_optimizer(config.optimizer.optimizer)
+                           if config.train.mode == "train" else 0)  # eval and inference hold no slots
+    check_plan_fits_machine(plan, group)
+    if group.size == 1:
+        return LocalEmbedding(table_sizes, config.model.embedding_dim, seed=config.model.seed), None
+    return DistributedEmbedding(plan, seed=config.model.seed, group=group), plan
+
+
+@dataclass
+class Parts:
+    """Everything a mode needs, built once per run."""
+
+    config: Config
+    group: dist.ProcessGroup
+    spec: FeatureSpec
+    embeddings: EmbeddingCollection
+    model: RecommenderModel
+    optimizer: Optional[Optimizer] = None  # train mode only
+    plan: Optional[Plan] = None  # the placement of a hybrid-parallel embedding layer (None for one process)
+
+    def training_optimizer(self) -> Optimizer:
+        if self.optimizer is None:
+            raise ValueError("these parts were built without an optimizer (not train mode)")
+        return self.optimizer
+
+    def model_shape(self) -> dict:
+        """What a checkpoint must agree with to be restored into this model."""
+        m = self.config.model
+        shape = {"arch": m.arch, "table_sizes": list(self.embeddings.table_sizes), "embedding_dim": m.embedding_dim,
+                 "bottom_mlp": list(m.bottom_mlp), "top_mlp": list(m.top_mlp)}
+        if m.arch == "dcnv2":
+            shape.update(num_cross_layers=m.num_cross_layers, cross_projection_dim=m.cross_projection_dim)
+        return shape
+
+    def checkpoint_variables(self, with_optimizer: bool) -> Tuple[Dict[str, Any], List[PieceSlots], List[PieceSlots]]:
+        """(dense {key: var}, stored pieces, held pieces) with optimizer slots/state if requested.
+
+        Dense keys are positional plus a readable name (`006_top_mlp.kernel`): Keras adds
+        process-dependent suffixes to layer names, positions are stable for a given model config.
+        """
+        optimizer = self.training_optimizer() if with_optimizer else None
+        table_vars = {var.ref() for _, var in self.embeddings.held_pieces()}
+        dense: Dict[str, Any] = {}
+        dense_vars = [v for v in self.model.dense_variables if v.ref() not in table_vars]
+        for i, var in enumerate(dense_vars):
+            key = f"{i:03d}_{_readable(var.name)}"
+            dense[key] = var
+            if optimizer is not None:
+                for slot, slot_var in optimizer.slots_for(var).items():
+                    dense[f"{key}.{slot}"] = slot_var
+        if optimizer is not None:
+            for name, var in optimizer.state_variables().items():
+                dense[f"optimizer.{name}"] = var
+
+        def with_slots(pieces) -> List[PieceSlots]:
+            out: List[PieceSlots] = []
+            for piece, var in pieces:
+                slots = {"value": var}
+                if optimizer is not None:
+                    slots.update(optimizer.slots_for(var))
+                out.append((piece, slots))
+            return out
+
+        return dense, with_slots(self.embeddings.stored_pieces()), with_slots(self.embeddings.held_pieces())
+
+
+def _readable(variable_name: str) -> str:
+    """'dlrm_model/top_mlp/dense_3/kernel:0' -> 'dlrm_model.top_mlp.dense.kernel'."""
+    parts = variable_name.split(":")[0].split("/")
+    cleaned = [part.rstrip("0123456789").rstrip("_") or part for part in parts]
+    return ".".join(c for c in cleaned if c).replace(" ", "_")
+
+
+def build_parts(config: Config, dataset_dir: str, group: dist.ProcessGroup, with_optimizer: bool) -> Parts:
+    spec = FeatureSpec.load(dataset_dir).validate()
+    embeddings, plan = build_embeddings(config, spec.cardinalities, group)
+    model = build_model(config.model, embeddings, amp=config.train.amp, xla=config.train.xla)
+    group.broadcast_variables(model.dense_variables, root_rank=0)  # replicas start equal
+    optimizer = None
+    if with_optimizer:
+        optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=config.train.amp,
+                                    all_ranks_true=group.all_ranks_true)
+        optimizer.build(model.trainable_variables)  # eagerly: slots exist before tracing / restoring
+    return Parts(config, group, spec, embeddings, model, optimizer, plan)
+
+
+def make_reader(parts: Parts, mapping: str, batch_size: int, partial_batch: str = "keep") -> BatchReader:
+    """This rank's slice of every global batch of `mapping`."""
+    return BatchReader(parts.spec, mapping, batch_size, rank=parts.group.rank, world_size=parts.group.size,
+                       partial_batch=partial_batch, prefetch=parts.config.data.prefetch_batches,
+                       threads=parts.config.data.decode_threads)

@@ -1,0 +1,60 @@
+"""Sharded, atomic checkpoints that any world size can restore (layout: docs/contracts.md).
+
+```
+<root>/latest                                   name of the last complete checkpoint
+<root>/step_00000100/meta.json                  step, world size, reader position, shapes, config
+<root>/step_00000100/dense/<key>.npy            data-parallel variables and their slots (rank 0)
+<root>/step_00000100/embedding/t<table>/<slot>/r<row0>-<row1>_c<col0>-<col1>.npy
+```
+
+Protocol: rank 0 clears a stale `step_X.tmp` and creates it; the ranks agree; every rank writes its
+pieces (rank 0 also the dense variables and meta.json); the ranks agree; rank 0 fsyncs, renames the
+directory to `step_X`, then replaces `latest` (temp file + rename) and prunes old checkpoints. A
+directory named `step_X` therefore only exists complete, and a kill at any moment leaves the previous
+checkpoint loadable. `latest` that is empty, garbled or points nowhere is ignored in favour of the
+newest complete directory. If one rank fails to write, rank 0 removes `step_X.tmp` and every rank
+stops with one message (`protocol.raise_agreed`).
+
+A run holds `<root>/lock` (see `prepare_checkpoint_dir`) so two runs never write one directory.
+
+Restore fills each *held* piece from the saved pieces that overlap it, so a checkpoint written by one
+plan / world size restores into another.
+
+Modules by job: `files` (names, .npy writing, reading regions), `directory` (lock, writable and space
+checks, publishing, pruning, finding), `protocol` (save / restore / prepare with every rank together).
+"""
+from dlrm.train.checkpoint.directory import (
+                                             LATEST,
+                                             LOCK,
+                                             META,
+                                             CheckpointDirLock,
+                                             complete_checkpoints,
+                                             find_checkpoint,
+                                             read_meta,
+)
+from dlrm.train.checkpoint.files import (
+                                             FILE_OVERHEAD_BYTES,
+                                             META_BYTES,
+                                             CheckpointError,
+                                             PieceSlots,
+                                             checkpoint_bytes,
+                                             piece_file_name,
+                                             read_region,
+                                             saved_pieces,
+                                             step_dir_name,
+)
+from dlrm.train.checkpoint.protocol import (
+                                             FORMAT_VERSION,
+                                             check_compatible,
+                                             prepare_checkpoint_dir,
+                                             read_arrays,
+                                             restore_checkpoint,
+                                             save_checkpoint,
+)
+
+__all__ = [
+    "LATEST", "LOCK", "META", "FORMAT_VERSION", "FILE_OVERHEAD_BYTES", "META_BYTES", "CheckpointDirLock",
+    "CheckpointError", "PieceSlots", "check_compatible", "checkpoint_bytes", "complete_checkpoints",
+    "find_checkpoint", "piece_file_name", "prepare_checkpoint_dir", "read_arrays", "read_meta", "read_region",
+    "restore_checkpoint", "save_checkpoint", "saved_pieces", "step_dir_name",
+]

@@ -1,0 +1,240 @@
+"""Saving and restoring with every rank together: each step of the protocol ends in an agreement.
+
+Each agreement is `ProcessGroup.agree` over every rank's problem (disk full, a missing piece, ...): if
+one rank failed, every rank stops (`CheckpointError` naming the file on the lowest failing rank,
+`PeerRankFailed` on the others), instead of the others waiting in a collective.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from dlrm.atomic import describe_os_error, write_text_atomically
+from dlrm.dist import ProcessGroup
+from dlrm.embedding.base import TablePiece
+from dlrm.errors import PeerRankFailed
+from dlrm.train.checkpoint.directory import (
+    META,
+    CheckpointDirLock,
+    enough_space,
+    find_checkpoint,
+    make_tmp_dir,
+    publish,
+    read_meta,
+    writable,
+)
+from dlrm.train.checkpoint.files import (
+    CheckpointError,
+    PieceSlots,
+    check_key,
+    check_pieces,
+    read_region,
+    restore_variable,
+    save_array,
+    saved_pieces,
+    step_dir_name,
+    write_pieces,
+)
+
+FORMAT_VERSION = 1
+
+
+def _attempt(action: Callable[[], None], what: str) -> Optional[str]:
+    """Run `action`; a failed file operation becomes a message (every rank must reach the next agreement)."""
+    try:
+        action()
+    except OSError as error:
+        return f"{what}: {describe_os_error(error)}"
+    return None
+
+
+def raise_agreed(group: ProcessGroup, problem: Optional[str], on_failure: Callable[[], str] = lambda: "") -> None:
+    """Every rank learns whether any rank hit a problem; if so all run `on_failure` and stop together.
+
+    The lowest failing rank raises CheckpointError with its message (and its host when there are
+    several ranks; the entry point names the rank) followed by what `on_failure` returned; the other
+    ranks raise PeerRankFailed, so the user reads one message.
+    """
+    failures = group.agree(problem, name="checkpoint_agree")
+    if not failures:
+        return
+    note = on_failure()
+    first = failures[0]
+    if group.rank != first.rank:
+        raise PeerRankFailed(first.rank)
+    if group.size == 1:
+        raise CheckpointError(first.message + note)
+    others = [str(failure.rank) for failure in failures[1:]]
+    also = f" (also on rank{'s' if len(others) > 1 else ''} {', '.join(others)})" if others else ""
+    error = CheckpointError(f"{first.message}{also}{note} (host {first.host})")
+    error.on_every_rank = False  # only this rank reports it (the entry point names the rank)
+    raise error
+
+
+def _write_dense_and_meta(tmp: str, step: int, dense: Mapping[str, Any], meta: Mapping) -> None:
+    dense_shapes = {}
+    for key, variable in dense.items():
+        check_key(key, "dense key")
+        array = np.asarray(variable.numpy())
+        dense_shapes[key] = list(array.shape)
+        save_array(os.path.join(tmp, "dense", f"{key}.npy"), array)
+    full_meta = dict(meta)
+    full_meta.update(format_version=FORMAT_VERSION, step=int(step), dense_shapes=dense_shapes)
+    write_text_atomically(os.path.join(tmp, META), json.dumps(full_meta, indent=1, sort_keys=True))
+
+
+def save_checkpoint(
+    root: str,
+    step: int,
+    dense: Mapping[str, Any],
+    stored_pieces: Sequence[PieceSlots],
+    meta: Mapping,
+    keep: int = 3,
+    *,
+    group: ProcessGroup,
+) -> str:
+    """Write checkpoint `step` under `root` with the protocol of the package docstring; returns its directory.
+
+    `dense` maps a stable key to each data-parallel variable or slot (written by rank 0);
+    `stored_pieces` are the embedding pieces this rank writes; `meta` is JSON-serialisable run state.
+    Every rank must call this with the same `root` and `step`. A failed write (disk full, read-only,
+    ...) on any rank raises on every rank, removes `step_X.tmp` and leaves `latest` and the previous
+    checkpoints as they were.
+    """
+    check_pieces(stored_pieces)
+    final = os.path.join(root, step_dir_name(step))
+    tmp = final + ".tmp"
+    what = f"cannot write checkpoint {final}"
+    primary = group.rank == 0
+
+    def remove_tmp() -> str:
+        if primary:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return f"; the partial {tmp} is removed, the last complete checkpoint is {find_checkpoint(root) or 'none'}"
+
+    raise_agreed(group, _attempt(lambda: make_tmp_dir(root, tmp), what) if primary else None, remove_tmp)
+    problem = _attempt(lambda: write_pieces(tmp, stored_pieces), what)
+    if primary and problem is None:
+        problem = _attempt(lambda: _write_dense_and_meta(tmp, step, dense, meta), what)
+    raise_agreed(group, problem, remove_tmp)  # every rank's pieces are on disk
+    raise_agreed(group, _attempt(lambda: publish(root, tmp, final, step, keep), what) if primary else None,
+                 remove_tmp)
+    return final
+
+
+def prepare_checkpoint_dir(root: str, expected_bytes: int, group: ProcessGroup) -> CheckpointDirLock:
+    """Check the checkpoint directory before training, on every rank, and lock it for this run.
+
+    Every rank writes checkpoint files, so every rank checks that it can write to `root` and that it has
+    room for one whole checkpoint (the sum of every rank's `expected_bytes`, see `checkpoint_bytes`:
+    ranks share the directory). Rank 0 then takes `<root>/lock` for the run, so a second run on the same
+    directory stops here instead of corrupting this one's saves. The ranks agree on the outcome: all of
+    them stop with one CheckpointError (naming the rank and the path) if any check failed anywhere.
+    Use the returned lock as a context manager around the run (other ranks get one that holds nothing).
+    """
+    needed = sum(group.allgather_object(int(expected_bytes), name="checkpoint_bytes"))
+    lock = CheckpointDirLock(root)
+    problem = writable(root) or enough_space(root, needed)
+    if problem is None and group.rank == 0:
+        problem = lock.acquire()
+
+    def unlock() -> str:
+        lock.release()
+        return ""
+
+    raise_agreed(group, problem, unlock)
+    return lock
+
+
+def read_arrays(path: str) -> dict:
+    """Every array of a checkpoint, whole tables assembled from their pieces (any world size).
+
+    Keys: `dense/<key>`, `t<table>/<slot>` (`value` = the weights). Loads whole tables into memory:
+    meant for inspection, export and tests on models that fit one host, not for the t0 model.
+    """
+    directory = find_checkpoint(path)
+    if directory is None:
+        raise CheckpointError(f"no complete checkpoint at {path}")
+    meta = read_meta(directory)
+    arrays = {f"dense/{key}": np.load(os.path.join(directory, "dense", f"{key}.npy"), allow_pickle=False)
+              for key in meta["dense_shapes"]}
+    dim = int(meta["model_shape"]["embedding_dim"])
+    for table, rows in enumerate(meta["model_shape"]["table_sizes"]):
+        for slot in sorted(os.listdir(os.path.join(directory, "embedding", f"t{table}"))):
+            arrays[f"t{table}/{slot}"] = read_region(saved_pieces(directory, table, slot),
+                                                     TablePiece(table, 0, int(rows), 0, dim))
+    return arrays
+
+
+def check_compatible(meta: Mapping, model_shape: Mapping, checkpoint_dir: str) -> None:
+    """Refuse a checkpoint whose model shape (tables, dim, dense shapes) differs from ours."""
+    saved = meta.get("model_shape")
+    for key, ours in model_shape.items():
+        theirs = None if saved is None else saved.get(key)
+        if theirs != ours:
+            raise CheckpointError(
+                f"checkpoint {checkpoint_dir} was written for a different model: {key} is {theirs!r} there "
+                f"and {ours!r} here; use a matching configuration or another checkpoint")
+
+
+def restore_checkpoint(
+    checkpoint_dir: str,
+    dense: Mapping[str, Any],
+    held_pieces: Sequence[PieceSlots],
+    model_shape: Optional[Mapping] = None,
+    strict: bool = True,
+    *,
+    group: ProcessGroup,
+) -> dict:
+    """Fill `dense` variables and every held piece's slots from `checkpoint_dir`; returns its meta.
+
+    With `strict=False` the checkpoint may hold more than asked for (evaluation restores weights only,
+    not optimizer slots); anything asked for must be there either way. Each rank reads its own pieces,
+    so the outcome is agreed (`raise_agreed`): a piece missing on one rank stops every rank with one message.
+    """
+    meta, problem = {}, None
+    try:
+        meta = _restore(checkpoint_dir, dense, held_pieces, model_shape, strict)
+    except (CheckpointError, OSError, ValueError) as error:
+        problem = str(error)
+    raise_agreed(group, problem)
+    return meta
+
+
+def _restore(checkpoint_dir: str, dense: Mapping[str, Any], held_pieces: Sequence[PieceSlots],
+             model_shape: Optional[Mapping], strict: bool) -> dict:
+    meta = read_meta(checkpoint_dir)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{checkpoint_dir}: unsupported checkpoint format {meta.get('format_version')!r}")
+    if model_shape is not None:
+        check_compatible(meta, model_shape, checkpoint_dir)
+    _restore_dense(checkpoint_dir, meta["dense_shapes"], dense, strict)
+    for piece, slots in held_pieces:
+        for slot, variable in slots.items():
+            saved = saved_pieces(checkpoint_dir, piece.table, slot)
+            if not saved:
+                raise CheckpointError(f"checkpoint {checkpoint_dir} has no slot {slot!r} for table {piece.table} "
+                                      f"(written with another optimizer?)")
+            restore_variable(variable, saved, piece)
+    return meta
+
+
+def _restore_dense(checkpoint_dir: str, saved_dense: Mapping[str, list], dense: Mapping[str, Any],
+                   strict: bool) -> None:
+    missing = sorted(set(dense) - set(saved_dense))
+    extra = sorted(set(saved_dense) - set(dense))
+    if missing or (extra and strict):
+        raise CheckpointError(f"checkpoint {checkpoint_dir} has different dense variables: missing here "
+                              f"{extra[:5]}, missing there {missing[:5]} (different model or optimizer?)")
+    for key, variable in dense.items():
+        shape = list(variable.shape)
+        if shape != list(saved_dense[key]):
+            raise CheckpointError(f"checkpoint {checkpoint_dir}: dense variable {key!r} has shape "
+                                  f"{saved_dense[key]} there and {shape} here")
+    for key, variable in dense.items():
+        variable.assign(np.load(os.path.join(checkpoint_dir, "dense", f"{key}.npy"),
+                                allow_pickle=False))

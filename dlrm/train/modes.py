@@ -1,0 +1,123 @@
+"""`run(config)`: start the process group, find (or generate) the dataset, build the parts, run the mode.
+
+The same code runs with one process and with N ranks: the process group started here is passed to
+everything rank-dependent (the embedding layer, the reader's slice of each batch, checkpoints, the
+per-step agreement, the metrics log's rank-0 check).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Generator, Optional, cast
+
+import numpy as np
+import tensorflow as tf
+
+from dlrm import dist
+from dlrm.config import Config
+from dlrm.data.errors import MappingTooSmall
+from dlrm.train import checkpoint, stopping
+from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
+from dlrm.train.checkpointing import checkpoint_dir_lock
+from dlrm.train.dataset import check_data, prepare_dataset
+from dlrm.train.evaluation import evaluate
+from dlrm.train.loop import train
+from dlrm.train.metrics_log import MetricsLog
+from dlrm.train.restore import restore, restore_source
+from dlrm.train.result import RunResult
+from dlrm.train.step import make_predict_step
+
+
+def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
+    """--mode eval: restore the weights (no optimizer state) and evaluate on the test mapping."""
+    source = restore_source(parts.config.train)
+    if source is None:
+        raise checkpoint.CheckpointError("--mode eval found no checkpoint to evaluate")
+    step = int(restore(parts, source, training=False)["step"])
+    started = time.perf_counter()
+    try:
+        auc, logloss = evaluate(parts, make_predict_step(parts.model))
+    except stopping.StopAgreed as agreed:
+        raise agreed.final_error() from None
+    log.eval(step, auc, logloss, **({"bayes_auc": bayes_auc} if bayes_auc else {}))
+    return RunResult(mode="eval", step=step, auc=auc, logloss=logloss, bayes_auc=bayes_auc, checkpoint=source,
+                     seconds=time.perf_counter() - started)
+
+
+def _benchmark_batches(parts: Parts, needed: int) -> list:
+    """Up to `needed` test batches, read before the timing starts: the timing covers the model only."""
+    data = parts.config.data
+    batches = []
+    batches_of_reader = cast(Generator, iter(make_reader(parts, data.test_mapping, data.eval_batch_size)))
+    with contextlib.closing(batches_of_reader) as reader:
+        for batch in reader:
+            batches.append(batch)
+            if len(batches) == needed:
+                break
+    if not batches:
+        raise MappingTooSmall(f"mapping {data.test_mapping!r} is empty: nothing to benchmark")
+    return batches
+
+
+def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
+    """--mode inference_benchmark: forward passes over test batches; global samples/s and latency."""
+    train_cfg, data = parts.config.train, parts.config.data
+    source = restore_source(train_cfg)
+    step = int(restore(parts, source, training=False)["step"]) if source else 0
+    predict_step = make_predict_step(parts.model)
+    needed = train_cfg.benchmark_warmup_steps + train_cfg.benchmark_steps
+    batches = _benchmark_batches(parts, needed)
+    latencies, rows = [], 0
+    for i in range(needed):
+        batch = batches[i % len(batches)]
+        begin = time.perf_counter()
+        predict_step(tf.convert_to_tensor(batch.numerical), tf.convert_to_tensor(batch.categorical)).numpy()
+        parts.group.barrier()
+        if i >= train_cfg.benchmark_warmup_steps:
+            latencies.append(time.perf_counter() - begin)
+            rows += batch.global_rows
+    seconds = float(np.sum(latencies))
+    result = RunResult(mode="inference_benchmark", step=step, checkpoint=source, seconds=seconds,
+                       samples_per_sec=rows / seconds,
+                       extra={"median_batch_ms": 1000 * float(np.median(latencies)),
+                              "p90_batch_ms": 1000 * float(np.percentile(latencies, 90)),
+                              "global_batch_size": data.eval_batch_size, "timed_batches": len(latencies)})
+    log.event("inference_benchmark", step, samples_per_sec=result.samples_per_sec, **result.extra)
+    log.message(f"inference: {result.samples_per_sec:,.0f} samples/s, median {result.extra['median_batch_ms']:.2f} ms "
+                f"per global batch of {data.eval_batch_size} ({len(latencies)} timed batches)")
+    return result
+
+
+def _run_mode(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
+    mode = parts.config.train.mode
+    if mode == "train":
+        with checkpoint_dir_lock(parts):  # checked and locked before training, held to the end
+            return train(parts, log, bayes_auc)
+    if mode == "eval":
+        return evaluate_checkpoint(parts, log, bayes_auc)
+    if mode == "inference_benchmark":
+        return inference_benchmark(parts, log)
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def run(config: Config) -> RunResult:
+    """Set up, then run `config.train.mode`. Raises a UserError (NonFiniteLossError, CheckpointError, DataError,
+    Interrupted, PeerRankFailed, ...) on failure."""
+    configure_tensorflow(config.train)
+    group = dist.start()
+    log = MetricsLog(config.train.run_dir, enabled=group.rank == 0)
+    try:
+        dataset_dir = prepare_dataset(config.data, group, log)
+        check_data(config, dataset_dir, group, log)
+        parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train")
+        bayes_auc = parts.spec.metadata.get("bayes_auc") if not config.data.dataset_dir else None
+        log.message(f"{config.model.arch} on {dataset_dir}: {len(parts.spec.cardinalities)} tables "
+                    f"({sum(parts.spec.cardinalities):,} rows), world size {group.size}, mode {config.train.mode}")
+        result = _run_mode(parts, log, bayes_auc)
+        if result.auc is not None:
+            versus = (f"; Bayes-optimal AUC of this synthetic dataset {bayes_auc:.5f} "
+                      f"(ratio {result.auc / bayes_auc:.4f})") if bayes_auc else ""
+            log.message(f"final AUC {result.auc:.5f}, log loss {result.logloss:.5f} at step {result.step}{versus}")
+        return result
+    finally:
+        log.close(plot=config.train.mode == "train")

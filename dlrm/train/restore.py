@@ -1,0 +1,61 @@
+"""Where a run resumes from, and the one restore used by training, evaluation and the inference benchmark."""
+from __future__ import annotations
+
+from typing import Optional
+
+from dlrm.config import TrainConfig
+from dlrm.train import checkpoint
+from dlrm.train.build import Parts
+
+
+def restore_source(train_cfg: TrainConfig) -> Optional[str]:
+    """Resume our own run (save path) first, else start from --restore_checkpoint_path."""
+    if train_cfg.save_checkpoint_path:
+        found = checkpoint.find_checkpoint(train_cfg.save_checkpoint_path)
+        if found:
+            return found
+    if train_cfg.restore_checkpoint_path:
+        found = checkpoint.find_checkpoint(train_cfg.restore_checkpoint_path)
+        if not found:
+            raise checkpoint.CheckpointError(
+                f"no complete checkpoint at --restore_checkpoint_path {train_cfg.restore_checkpoint_path}")
+        return found
+    return None
+
+
+def restore(parts: Parts, source: str, training: bool) -> dict:
+    """Fill the parts from checkpoint `source` on every rank; returns its meta.
+
+    For training: weights and optimizer state, all of them present, and the checkpoint must have been
+    written with this optimizer and global batch. Otherwise (evaluation, inference): the weights only.
+    """
+    dense, _, held = parts.checkpoint_variables(with_optimizer=training)
+    model_shape = parts.model_shape()
+    if training:
+        model_shape["optimizer"] = parts.config.optimizer.optimizer
+    meta = checkpoint.restore_checkpoint(source, dense, held, model_shape=model_shape, strict=training,
+                                         group=parts.group)
+    if training:
+        step = int(meta["step"])
+        iterations = int(parts.training_optimizer().iterations.numpy())
+        if iterations != step:
+            raise checkpoint.CheckpointError(f"{source}: optimizer iterations {iterations} != step {step}")
+        _check_same_global_batch(meta, source, parts.config.data.global_batch_size, step)
+    return meta
+
+
+def _check_same_global_batch(meta: dict, source: str, global_batch_size: int, step: int) -> None:
+    """Refuse to resume with another --global_batch_size: the data position and the learning-rate schedule
+    are counted in steps, so the same step means other rows and another point of the schedule.
+
+    Checkpoints written before the field existed carry it in their saved configuration; one with neither
+    is accepted (nothing to compare with).
+    """
+    saved = meta.get("reader", {}).get("global_batch_size")
+    if saved is None:
+        saved = meta.get("config", {}).get("data", {}).get("global_batch_size")
+    if saved is not None and int(saved) != global_batch_size:
+        raise checkpoint.CheckpointError(
+            f"checkpoint {source} was written with --global_batch_size {saved}, this run uses {global_batch_size}: "
+            f"its step {step} and learning-rate schedule count batches of {saved} rows. Resume with "
+            f"--global_batch_size {saved}, or use another --save_checkpoint_path to start a new run")

@@ -1,0 +1,51 @@
+"""The compiled steps: one optimisation step and one forward pass, each a `tf.function` traced once.
+
+The loss on each rank is `sum(BCE over its rows) * world_size / global_rows` (docs/contracts.md): the
+ranks' gradients then average to the gradient of the global-batch mean, also for a short last batch.
+Predictions are logits: AUC only depends on their order, and float32 sigmoids saturate to exactly 1.0
+above logit ~17, which would create false ties.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from dlrm.train.build import Parts
+
+
+def make_train_step(parts: Parts):
+    """One optimisation step as a `tf.function`; a single trace serves every batch size."""
+    model, optimizer, group = parts.model, parts.training_optimizer(), parts.group
+    variables = list(model.trainable_variables)
+    model_parallel = list(parts.embeddings.model_parallel_variables)
+    world_size = float(group.size)
+
+    # autograph=False: the step has no data-dependent Python control flow, and converting the
+    # optimizer's and Horovod's Python loops costs seconds of tracing per run.
+    @tf.function(autograph=False, input_signature=[
+        *model.input_signature,
+        tf.TensorSpec([None], tf.float32),  # labels
+        tf.TensorSpec([], tf.float32),  # rows in the global batch
+    ])
+    def train_step(numerical, categorical, labels, global_rows):
+        with tf.GradientTape() as tape:
+            logits = model(numerical, categorical, training=True)
+            bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+            loss = tf.reduce_sum(bce) * world_size / global_rows
+            scaled = optimizer.scale_loss(loss)
+        averaging = group.averaging_tape(tape, model_parallel)
+        # The loss rides in the gradients' buffer: one fixed float allreduce per step (reproducible bits).
+        grads, (mean_loss,) = averaging.gradient_and_means(scaled, variables, [loss])
+        optimizer.apply(zip(grads, variables))
+        return mean_loss  # the global-batch mean, same on all ranks
+
+    return train_step
+
+
+def make_predict_step(model):
+    """A `tf.function` (one trace for every batch size, including 0) returning logits."""
+
+    @tf.function(input_signature=model.input_signature)
+    def predict_step(numerical, categorical):
+        return model(numerical, categorical, training=False)
+
+    return predict_step
