@@ -1,1 +1,8 @@
-"""Training: learning-rate schedule, sparse-aware optimizers, evaluation, the loop and checkpoints."""
+"""Training: learning-rate schedule, sparse-aware optimizers, evaluation, the loop and checkpoints.
+
+`modes.run(config)` is the entry point: it starts the process group and dispatches to the mode.
+Modules by job, from the bottom up: `build` (TensorFlow set-up and the typed `Parts`), `dataset`,
+`step` (compiled train and predict steps), `evaluation`, `restore`, `checkpointing` (when and what a
+run checkpoints), `stopping`, `metrics_log`, `loop` (the training loop), `modes`; the `checkpoint`
+package is the on-disk format and its save/restore protocol.
+"""

@@ -29,7 +29,9 @@ from dlrm.train.step import make_predict_step, make_train_step
 
 def every(step: int, n: Optional[int]) -> bool:
     """True every `n` steps (never when `n` is 0 or None)."""
-    return bool(n) and step % n == 0  # type: ignore[operator]
+    if not n:
+        return False
+    return step % n == 0
 
 
 class ThroughputWindow:

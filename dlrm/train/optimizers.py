@@ -247,7 +247,7 @@ OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam}
 def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks_true: Optional[Callable] = None):
     """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP.
 
-    `all_ranks_true` (e.g. `dlrm.dist.all_ranks_true`) makes loss scaling's skip decision global.
+    `all_ranks_true` (e.g. `ProcessGroup.all_ranks_true`) makes loss scaling's skip decision global.
     """
     try:
         cls = OPTIMIZERS[cfg.optimizer]
