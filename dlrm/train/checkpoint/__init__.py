@@ -24,32 +24,32 @@ Modules by job: `files` (names, .npy writing, reading regions), `directory` (loc
 checks, publishing, pruning, finding), `protocol` (save / restore / prepare with every rank together).
 """
 from dlrm.train.checkpoint.directory import (
-                                             LATEST,
-                                             LOCK,
-                                             META,
-                                             CheckpointDirLock,
-                                             complete_checkpoints,
-                                             find_checkpoint,
-                                             read_meta,
+    LATEST,
+    LOCK,
+    META,
+    CheckpointDirLock,
+    complete_checkpoints,
+    find_checkpoint,
+    read_meta,
 )
 from dlrm.train.checkpoint.files import (
-                                             FILE_OVERHEAD_BYTES,
-                                             META_BYTES,
-                                             CheckpointError,
-                                             PieceSlots,
-                                             checkpoint_bytes,
-                                             piece_file_name,
-                                             read_region,
-                                             saved_pieces,
-                                             step_dir_name,
+    FILE_OVERHEAD_BYTES,
+    META_BYTES,
+    CheckpointError,
+    PieceSlots,
+    checkpoint_bytes,
+    piece_file_name,
+    read_region,
+    saved_pieces,
+    step_dir_name,
 )
 from dlrm.train.checkpoint.protocol import (
-                                             FORMAT_VERSION,
-                                             check_compatible,
-                                             prepare_checkpoint_dir,
-                                             read_arrays,
-                                             restore_checkpoint,
-                                             save_checkpoint,
+    FORMAT_VERSION,
+    check_compatible,
+    prepare_checkpoint_dir,
+    read_arrays,
+    restore_checkpoint,
+    save_checkpoint,
 )
 
 __all__ = [
