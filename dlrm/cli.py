@@ -58,10 +58,11 @@ def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
          type: Optional[Callable] = None, choices=None, action: Optional[str] = None) -> None:
     dest = flag.lstrip("-")
     defaults = Config()
-    shown = [getattr(getattr(defaults, section), name) for section, name in targets][0]
-    demo = DEMO_PRESET.get(tuple(targets[0]))
+    section, name = targets[0]
+    shown = getattr(getattr(defaults, section), name)
+    demo = DEMO_PRESET.get((section, name))
     suffix = f" (default: {show_default(shown)}" + (f"; demo: {show_default(demo)})" if demo is not None else ")")
-    kwargs = {"dest": dest, "help": help + suffix}
+    kwargs: dict[str, object] = {"dest": dest, "help": help + suffix}
     if action:
         kwargs["action"] = action
     else:
@@ -80,7 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,
     )
     _FLAG_FIELDS.clear()
+    for add_flags in (_data_flags, _model_flags, _optimizer_flags, _placement_flags, _run_flags):
+        add_flags(parser)
+    return parser
 
+
+def _data_flags(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     _add(data, "--dataset_path", [("data", "dataset_dir")], "split-binary dataset directory (feature_spec.yaml)")
     _add(data, "--synthetic_dir", [("data", "synthetic_dir")], "where the embedded synthetic dataset lives")
@@ -100,11 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add(data, "--partial_batch", [("data", "partial_batch")], "last smaller batch of an epoch",
          choices=["keep", "drop"])
     _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=count)
-    _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)", type=positive_int)
+    _add(data, "--decode_threads", [("data", "decode_threads")], "decode threads (whole batches each when prefetching)",
+         type=positive_int)
     _add(data, "--skip_data_validation", [("data", "skip_data_validation")],
          "skip the start-up check of every id, numerical and label (for data validated already)",
          action="store_true")
 
+
+def _model_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",
          choices=ARCHS)
@@ -116,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(model, "--dcn_low_rank_dim", [("model", "cross_projection_dim")], "DCNv2 low-rank projection size",
          type=positive_int)
 
+
+def _optimizer_flags(parser: argparse.ArgumentParser) -> None:
     optim = parser.add_argument_group("optimizer and learning-rate schedule")
     _add(optim, "--optimizer", [("optimizer", "optimizer")], "optimizer (embeddings updated sparsely)",
          choices=list(OPTIMIZER_SLOTS))
@@ -129,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(optim, "--end_learning_rate", [("optimizer", "end_learning_rate")], "learning rate after the decay",
          type=non_negative_number)
 
+
+def _placement_flags(parser: argparse.ArgumentParser) -> None:
     shard = parser.add_argument_group("embedding placement and memory")
     _add(shard, "--sharding_strategy", [("sharding", "strategy")], "table placement strategy",
          choices=STRATEGIES)
@@ -140,6 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(shard, "--replicate_threshold", [("sharding", "replicate_threshold_bytes")],
          "tables up to this size are replicated on every rank, e.g. 1MiB", type=byte_size)
 
+
+def _run_flags(parser: argparse.ArgumentParser) -> None:
     train = parser.add_argument_group("training run")
     _add(train, "--mode", [("train", "mode")], "what to run", choices=["train", "eval", "inference_benchmark"])
     _add(train, "--max_steps", [("train", "max_steps")], "stop after this many global steps", type=positive_int)
@@ -154,8 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
          "checkpoint root; a run finding a checkpoint here resumes from it")
     _add(train, "--restore_checkpoint_path", [("train", "restore_checkpoint_path")],
          "checkpoint (root or step_* directory) to start from")
-    _add(train, "--checkpoint_every", [("train", "checkpoint_every_steps")], "checkpoint every N steps (and at the end)",
-         type=positive_int)
+    _add(train, "--checkpoint_every", [("train", "checkpoint_every_steps")],
+         "checkpoint every N steps (and at the end)", type=positive_int)
     _add(train, "--keep_checkpoints", [("train", "keep_checkpoints")], "complete checkpoints kept",
          type=positive_int)
     _add(train, "--amp", [("train", "amp")], "mixed precision (bfloat16 on CPU, float16 on GPU)",
@@ -172,7 +187,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add(train, "--benchmark_steps", [("train", "benchmark_steps")], "inference_benchmark: timed batches",
          type=positive_int)
     _add(train, "--debug", [("train", "debug")], DEBUG_HELP, action="store_true")
-    return parser
 
 
 def _set(config: Config, section: str, name: str, value) -> None:
