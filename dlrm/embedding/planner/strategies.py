@@ -42,9 +42,9 @@ class Assignment:
     def replicate(self, table: int) -> None:
         """A full copy on every rank, looked up locally: each rank fetches for its 1/N of the batch."""
         tables = self.tables
+        whole = TablePiece(table, 0, tables.rows[table], 0, tables.dim)
         for load in self.ranks:
-            self.placements[table].pieces.append(OwnedPiece(load.rank, TablePiece(table, 0, tables.rows[table],
-                                                                                  0, tables.dim)))
+            self.placements[table].pieces.append(OwnedPiece(load.rank, whole))
             load.memory_bytes += tables.table_bytes(table)
             load.lookup_load += tables.lookups[table] * tables.dim / tables.world_size
             load.tables.append(table)
