@@ -27,7 +27,8 @@ from dlrm.argtypes import (
 )
 from dlrm.config import ARCHS, Config
 from dlrm.data.criteo import PRESET_NAMES
-from dlrm.embedding.planner import OPTIMIZER_SLOTS, STRATEGIES, byte_size, positive_byte_size
+from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
+from dlrm.embedding.planner import STRATEGIES, byte_size, positive_byte_size
 
 # The embedded demo (no --dataset_path): the tiny synthetic preset, a smaller model and batch, and an
 # optimizer that converges in one short epoch on 2 CPU cores. Measured in docs/training.md.
@@ -129,7 +130,7 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
 def _optimizer_flags(parser: argparse.ArgumentParser) -> None:
     optim = parser.add_argument_group("optimizer and learning-rate schedule")
     _add(optim, "--optimizer", [("optimizer", "optimizer")], "optimizer (embeddings updated sparsely)",
-         choices=list(OPTIMIZER_SLOTS))
+         choices=list(OPTIMIZER_NAMES))
     _add(optim, "--learning_rate", [("optimizer", "learning_rate")], "peak learning rate", type=positive_number)
     _add(optim, "--warmup_steps", [("optimizer", "warmup_steps")], "linear warmup steps", type=count)
     _add(optim, "--decay_start_step", [("optimizer", "decay_start_step")], "first step of the polynomial decay",

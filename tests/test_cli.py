@@ -134,7 +134,7 @@ def test_bad_flags_are_rejected_with_a_clear_message(argv, message):
 # The parsers of every entry point; each value below is wrong for every typed flag.
 def _all_parsers():
     from dlrm.data import lr_baseline, synthetic, transcode
-    from dlrm.embedding import planner
+    from dlrm.embedding.planner import cli as planner
     from dlrm.launch import __main__ as launch
 
     return {"main.py": build_parser(), "planner": planner.build_parser(), "synthetic": synthetic.build_parser(),

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import pytest
 
-from dlrm.embedding.planner import slots_for_optimizer
+from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from tests.multirank import memoised, run_ranks, run_single, scratch_dir
 
 # Tables: 0 row-sliced (1500 rows > budget of 1300 rows), 1 column-sliced (300 > 250 rows),

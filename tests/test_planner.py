@@ -12,6 +12,7 @@ import pytest
 
 from dlrm.config import ShardingConfig
 from dlrm.data.criteo import preset_cardinalities
+from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import (
     GiB,
     Plan,
@@ -20,7 +21,6 @@ from dlrm.embedding.planner import (
     minimum_rank_memory,
     parse_bytes,
     plan_embeddings,
-    slots_for_optimizer,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,21 +36,22 @@ def _check_covering(plan: Plan, rows_list, dim):
     for placement, rows in zip(plan.tables, rows_list):
         assert placement.rows == rows
         if placement.kind == "replicated":
-            assert sorted(p.rank for p in placement.pieces) == list(range(plan.world_size))
+            assert sorted(owned.rank for owned in placement.pieces) == list(range(plan.world_size))
             assert all((p.row_start, p.row_end, p.col_start, p.col_end) == (0, rows, 0, dim)
-                       for p in placement.pieces)
+                       for _, p in placement.pieces)
             continue
-        area = sum(p.rows * p.cols for p in placement.pieces)
+        assert all(p.table == placement.table for _, p in placement.pieces)
+        area = sum(p.shape[0] * p.shape[1] for _, p in placement.pieces)
         assert area == rows * dim, placement
-        ranks = [p.rank for p in placement.pieces]
+        ranks = [owned.rank for owned in placement.pieces]
         assert len(set(ranks)) == len(ranks), "two pieces of one table on one rank"
         if placement.kind == "row_sliced":
-            bounds = [(p.row_start, p.row_end) for p in placement.pieces]
+            bounds = [(p.row_start, p.row_end) for _, p in placement.pieces]
             assert bounds[0][0] == 0 and bounds[-1][1] == rows
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:])), "row ranges not contiguous"
-            assert all(p.col_start == 0 and p.col_end == dim for p in placement.pieces)
+            assert all(p.col_start == 0 and p.col_end == dim for _, p in placement.pieces)
         if placement.kind == "column_sliced":
-            bounds = [(p.col_start, p.col_end) for p in placement.pieces]
+            bounds = [(p.col_start, p.col_end) for _, p in placement.pieces]
             assert bounds[0][0] == 0 and bounds[-1][1] == dim
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
 
@@ -58,13 +59,13 @@ def _check_covering(plan: Plan, rows_list, dim):
 def _check_memory(plan: Plan, rows_list, dim, element_bytes):
     per_rank = [0] * plan.world_size
     for placement in plan.tables:
-        for p in placement.pieces:
-            per_rank[p.rank] += p.rows * p.cols * element_bytes
+        for rank, p in placement.pieces:
+            per_rank[rank] += p.shape[0] * p.shape[1] * element_bytes
     assert per_rank == [r.memory_bytes for r in plan.ranks]
 
 
 def test_importing_the_planner_and_running_its_cli_never_imports_tensorflow():
-    code = ("import sys, dlrm.embedding.planner as p; p.main(['--preset', 't0', '--world_size', '8', "
+    code = ("import sys, dlrm.embedding.planner.cli as p; p.main(['--preset', 't0', '--world_size', '8', "
             "'--rank_memory', '80GiB']); assert 'tensorflow' not in sys.modules, 'tensorflow imported'; "
             "print('NO_TF')")
     result = _run(["-c", code])
@@ -144,7 +145,7 @@ def test_all_four_kinds_in_one_plan_with_thresholds_and_optimizer_slots():
     _check_memory(plan, rows, dim, 8)  # weights + one slot
     assert plan.optimizer_slots == 1
     assert [len(t.pieces) for t in plan.tables][3] == 3  # one column slice per rank (3, 3, 2 columns)
-    assert sorted(p.cols for p in plan.tables[3].pieces) == [2, 3, 3]
+    assert sorted(p.shape[1] for _, p in plan.tables[3].pieces) == [2, 3, 3]
     # Replicated lookups are local (1/N of the batch each); every rank holds both replicas.
     assert all({1, 4} <= set(r.tables) for r in plan.ranks)
 
@@ -161,7 +162,7 @@ def test_world_size_one_keeps_every_table_whole():
     plan = plan_embeddings([10, 20], 4, 1, ShardingConfig(replicate_threshold_bytes=10**9,
                                                           column_slice_threshold_bytes=1))
     assert [t.kind for t in plan.tables] == ["table_wise", "table_wise"]
-    assert plan.pieces_on_rank(0)[1][1].rows == 20
+    assert plan.pieces_on_rank(0)[1].shape == (20, 4)
 
 
 def test_error_names_the_table_and_the_shortfall():

@@ -42,7 +42,8 @@ def table_sizes(config: dict) -> List[int]:
 
 def placement_memory(config: dict, rows: List[int], world_size: int) -> dict:
     """Per-rank embedding memory (bytes) of the planner's placement for this run."""
-    from dlrm.embedding.planner import plan_embeddings, slots_for_optimizer
+    from dlrm.embedding.optimizer_slots import slots_for_optimizer
+    from dlrm.embedding.planner import plan_embeddings
 
     fields = {k: v for k, v in config["sharding"].items() if k in ShardingConfig.__dataclass_fields__}
     plan = plan_embeddings(rows, config["model"]["embedding_dim"], world_size, ShardingConfig(**fields),

@@ -125,7 +125,8 @@ def build_embeddings(config: Config, table_sizes: Sequence[int]):
     The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
     before anything is allocated."""
     from dlrm.embedding.memory_check import check_plan_fits_machine
-    from dlrm.embedding.planner import plan_embeddings, slots_for_optimizer
+    from dlrm.embedding.optimizer_slots import slots_for_optimizer
+    from dlrm.embedding.planner import plan_embeddings
 
     world_size = dist.size()
     plan = plan_embeddings(table_sizes, config.model.embedding_dim, world_size, config.sharding,
