@@ -23,12 +23,17 @@ import time
 from pathlib import Path
 
 import pytest
-from multirank import RANK_ENV
-from slurm_cluster import is_running, pids_with_env, slurm_cluster, start_cluster  # noqa: F401  (pytest fixture)
 
 from dlrm.train.metrics_log import METRICS_FILE, read_metrics
+from tests.support import ROOT
+from tests.support.multirank import RANK_ENV
+from tests.support.slurm_cluster import (  # noqa: F401  (pytest fixture)
+    is_running,
+    pids_with_env,
+    slurm_cluster,
+    start_cluster,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "slurm" / "dlrm_multinode.sbatch"
 PYTHON = sys.executable
 # Through dlrm.dist (Horovod's MPI controller), the project's only way to MPI.

@@ -13,7 +13,14 @@ import pytest
 
 from dlrm.train import checkpoint, stopping
 from dlrm.train.metrics_log import read_metrics
-from tests.test_resume_sigkill import MAX_STEPS, ROOT, TIMEOUT, assert_same_final_weights, main_command, run_main
+from tests.integration.test_resume_sigkill import (
+    MAX_STEPS,
+    ROOT,
+    TIMEOUT,
+    assert_same_final_weights,
+    main_command,
+    run_main,
+)
 
 
 def training_started(run_dir) -> bool:
@@ -83,7 +90,7 @@ SIGNAL_TWICE = textwrap.dedent("""
 @pytest.mark.parametrize("times", ["once", "twice"])
 def test_ctrl_c_is_a_stop_request_and_a_second_one_exits_at_once(times):
     done = subprocess.run([sys.executable, "-c", SIGNAL_TWICE, times], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert f"first: {int(signal.SIGINT)}" in done.stdout, done.stderr
     assert "received SIGINT: stopping after the current step and writing a checkpoint (Ctrl-C again exits at " \
            "once, without one)" in done.stderr
@@ -96,7 +103,7 @@ def test_ctrl_c_is_a_stop_request_and_a_second_one_exits_at_once(times):
 
 
 def two_rank_flags(work, name):
-    from tests.test_hybrid_parallel import train_flags
+    from tests.integration.test_hybrid_parallel import train_flags
 
     flags = train_flags(os.path.join(work, "data"), "adagrad", os.path.join(work, name, "run"),
                         os.path.join(work, name, "ckpt"), global_batch=16)
@@ -112,9 +119,9 @@ def test_sigusr1_to_one_of_two_ranks_stops_both_at_one_step_and_the_same_command
     """Slurm signals every task; here only rank 1 gets SIGUSR1, so the other rank learns it only through
     the per-step agreement (sent to both, the agreement is the same)."""
     from dlrm.data.synthetic import generate_dataset
-    from tests.multirank import finish, run_ranks, scratch_dir, start_ranks
-    from tests.test_hybrid_parallel import CARDINALITIES
-    from tests.test_rank_failure import _rank_pids
+    from tests.integration.test_hybrid_parallel import CARDINALITIES
+    from tests.integration.test_rank_failure import _rank_pids
+    from tests.support.multirank import finish, run_ranks, scratch_dir, start_ranks
 
     work = scratch_dir("signals_")
     generate_dataset(os.path.join(work, "data"), CARDINALITIES, 16_000, 64, seed=4)  # 1000 steps per epoch

@@ -8,7 +8,8 @@ import time
 
 import numpy as np
 import pytest
-from test_binary_io import make_dataset
+from tests.data.test_binary_io import make_dataset
+from tests.support import ROOT
 
 from dlrm.data.binary import BatchReader, rank_slice
 
@@ -282,7 +283,6 @@ def test_two_readers_decoding_on_several_threads_at_once(tmp_path, monkeypatch, 
 def test_decode_threads_refuse_numbas_unsafe_threading_layer():
     """numba's workqueue layer aborts the process when two threads launch kernels at once, so several
     decode threads refuse it with a clear error; the default picks a thread-safe layer."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = ("from dlrm.data import decode\ndecode.check_threading_layer()\n"
             "import numba\nprint(numba.threading_layer())")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
@@ -291,7 +291,7 @@ def test_decode_threads_refuse_numbas_unsafe_threading_layer():
             env["NUMBA_THREADING_LAYER"] = layer
         else:
             env.pop("NUMBA_THREADING_LAYER")
-        run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+        run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=300)
         if layer:
             assert run.returncode != 0 and "workqueue threading layer is not thread-safe" in run.stderr, run.stderr

@@ -15,7 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 BIN = Path(sys.executable).parent
 # Requirements the image takes from its base instead (the GPU TensorFlow build).
 PROVIDED_BY_BASE_IMAGE = {"tensorflow-cpu"}

@@ -14,15 +14,15 @@ from typing import Optional
 
 import numpy as np
 import pytest
-from test_binary_io import CARDS, make_dataset
+from tests.data.test_binary_io import CARDS, make_dataset
 
 from dlrm.data import decode
 from dlrm.data.binary import BatchReader, MappedFiles
 from dlrm.data.errors import DataError
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.validate import check_mappings
+from tests.support import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_ROWS, TEST_ROWS = 2048, 1024
 MODEL = ["--embedding_dim", "8", "--bottom_mlp_dims", "16-8", "--top_mlp_dims", "16-1", "--optimizer", "adagrad",
          "--learning_rate", "0.05", "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", "256",
@@ -142,7 +142,7 @@ def dataset(generated, tmp_path):
 
 
 def main_py(tmp_path, dataset, *flags):
-    from tests.multirank import run_single
+    from tests.support.multirank import run_single
 
     run = run_single(["main.py", "--dataset_path", str(dataset), "--run_dir", str(tmp_path / "run"), *MODEL,
                       *flags], timeout=180)
@@ -214,14 +214,14 @@ def test_two_ranks_share_the_check_and_raise_the_same_earliest_row(dataset):
     """Rank 0 checks train rows 0-1023, rank 1 rows 1024-2047 (test: 0-511 / 512-1023). In train only
     rank 1 holds bad rows: both ranks name its earliest (1100). In test both ranks hold one: both name
     rank 0's (400), the earlier one."""
-    from tests.multirank import run_ranks
+    from tests.support.multirank import run_ranks
 
     spec = FeatureSpec.load(str(dataset))
     poke(dataset / "train" / "label.bin", np.uint8, 1100, 9)
     poke(dataset / "train" / "cat_3.bin", spec.dtype("cat_3"), 1900, -3)
     poke(dataset / "test" / "cat_6.bin", spec.dtype("cat_6"), 400, CARDS[6])
     poke(dataset / "test" / "numerical.bin", np.float16, 600 * 13, np.inf)
-    run = run_ranks(2, ["tests/test_data_check.py", "--worker", str(dataset)], timeout=120).check()
+    run = run_ranks(2, ["tests/data/test_data_check.py", "--worker", str(dataset)], timeout=120).check()
     assert sorted(run.results) == [0, 1]
     for rank in (0, 1):
         train, test = run.results[rank]["train"], run.results[rank]["test"]
@@ -233,12 +233,12 @@ def test_two_ranks_share_the_check_and_raise_the_same_earliest_row(dataset):
 def test_a_file_broken_on_one_rank_only_stops_both_and_that_rank_reports_it(dataset, tmp_path):
     """Node-local copies that differ: rank 1's copy of cat_3.bin is truncated. Rank 1 reports it, naming
     itself; rank 0 stops too (no hang in the shared check) and prints nothing."""
-    from tests.multirank import run_ranks
+    from tests.support.multirank import run_ranks
 
     copy = shutil.copytree(dataset, tmp_path / "copy_of_rank_1")
     with open(copy / "train" / "cat_3.bin", "r+b") as f:
         f.truncate(10)
-    run = run_ranks(2, ["tests/test_data_check.py", "--worker", str(dataset), str(copy)], timeout=120).check()
+    run = run_ranks(2, ["tests/data/test_data_check.py", "--worker", str(dataset), str(copy)], timeout=120).check()
     assert run.results[0]["outcomes"] == ["PeerRankFailed", "ok"] and run.results[0]["printed"] == [None]
     assert run.results[1]["outcomes"][0] in ("SpecError", "DataError")
     assert run.results[1]["printed"][0].startswith("error: rank 1: ") and "cat_3.bin" in run.results[1]["printed"][0]
@@ -251,7 +251,7 @@ def _worker(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
     from dlrm.cli_errors import user_error_text
     from dlrm.errors import UserError
     from dlrm.train.trainer import cores_per_rank
-    from tests.multirank import write_rank_result
+    from tests.support.multirank import write_rank_result
 
     dist.init()
     mine = dataset_of_rank_1 if dataset_of_rank_1 and dist.rank() == 1 else dataset
@@ -273,7 +273,7 @@ def _worker(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
 # ----------------------------------------------------------------------------- transcode
 def test_transcode_refuses_an_empty_csv(tmp_path):
     """Before: exit status 0 and a dataset with an empty mapping."""
-    from test_transcode import csv_spec, rows, write_csv
+    from tests.data.test_transcode import csv_spec, rows, write_csv
 
     write_csv(tmp_path / "train.csv", *rows(10, 1))
     (tmp_path / "test.csv").write_text("")

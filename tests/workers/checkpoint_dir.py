@@ -1,9 +1,9 @@
-"""One rank of tests/test_checkpoint_dir.py's multi-rank launches (world size from the launcher).
+"""One rank of tests/train/test_checkpoint_dir.py's multi-rank launches (world size from the launcher).
 
-    python tests/checkpoint_dir_worker.py prepare ROOT [ROOT_OF_RANK_1] [--hold-until FILE]
+    python -m tests.workers.checkpoint_dir prepare ROOT [ROOT_OF_RANK_1] [--hold-until FILE]
         prepare_checkpoint_dir(ROOT) with the real collectives; with --hold-until, keep the lock until
         FILE exists (the test starts a second run meanwhile).
-    python tests/checkpoint_dir_worker.py save ROOT ROWS_OF_RANK_1
+    python -m tests.workers.checkpoint_dir save ROOT ROWS_OF_RANK_1
         save_checkpoint step 1, then step 2 where rank 1 stores a ROWS x 64 float32 piece.
 
 Each rank reports {"outcome": "ok" | error class name, "message", "lock_held", "pid"} via write_rank_result.
@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from dlrm import dist  # noqa: E402
-from dlrm.cli_errors import user_error_text  # noqa: E402
-from dlrm.embedding.base import TablePiece  # noqa: E402
-from dlrm.errors import UserError  # noqa: E402
-from dlrm.train import checkpoint  # noqa: E402
-from tests.multirank import write_rank_result  # noqa: E402
+from dlrm import dist
+from dlrm.cli_errors import user_error_text
+from dlrm.embedding.base import TablePiece
+from dlrm.errors import UserError
+from dlrm.train import checkpoint
+from tests.support.multirank import write_rank_result
 
 HOLD_TIMEOUT_SECONDS = 120
 

@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.test_hybrid_parallel import (
+from tests.integration.test_hybrid_parallel import (
     STEPS,
     TOLERANCE,
     checkpoint_arrays,

@@ -15,11 +15,17 @@ import numpy as np
 import pytest
 
 from dlrm.train import checkpoint
-from tests.multirank import finish, run_ranks, scratch_dir, start_ranks
-from tests.test_hybrid_parallel import REPRO_CHECKPOINT_EVERY, REPRO_STEPS, assert_same_bits, repro_command, repro_run
-from tests.test_rank_failure import _descendants
+from tests.integration.test_hybrid_parallel import (
+    REPRO_CHECKPOINT_EVERY,
+    REPRO_STEPS,
+    assert_same_bits,
+    repro_command,
+    repro_run,
+)
+from tests.integration.test_rank_failure import _descendants
+from tests.support import ROOT
+from tests.support.multirank import finish, run_ranks, scratch_dir, start_ranks
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_STEPS = 100
 # 15,900 rows / 256 = 62 full batches + one of 28 rows: the run crosses two epoch ends and a short batch.
 FLAGS = ["--synthetic_train_rows", "15900", "--synthetic_test_rows", "2048", "--global_batch_size", "256",

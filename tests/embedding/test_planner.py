@@ -22,8 +22,7 @@ from dlrm.embedding.planner import (
     plan_embeddings,
     slots_for_optimizer,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 
 def _run(args, timeout=60):

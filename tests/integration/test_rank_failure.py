@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from tests.multirank import finish, run_single, scratch_dir, start_ranks
-from tests.test_hybrid_parallel import CARDINALITIES, train_flags, without_rank_memory
+from tests.integration.test_hybrid_parallel import CARDINALITIES, train_flags, without_rank_memory
+from tests.support.multirank import finish, run_single, scratch_dir, start_ranks
 
 FAILURE_BOUND_SECONDS = 45.0
 
@@ -135,8 +135,8 @@ def test_a_bad_row_on_one_rank_stops_both_ranks_at_one_step_with_a_checkpoint(ma
     the checkpoint of step 5; rank 1 reports the row, rank 0 stops as PeerRankFailed (no second message)."""
     from dlrm.data.synthetic import generate_dataset
     from dlrm.train import checkpoint
-    from tests.multirank import run_ranks
-    from tests.test_bad_input import poke
+    from tests.data.test_bad_input import poke
+    from tests.support.multirank import run_ranks
 
     work = scratch_dir("bad_row_")
     dataset = os.path.join(work, "data")

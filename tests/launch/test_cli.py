@@ -12,8 +12,7 @@ from dlrm.cli import DEMO_PRESET, build_parser, parse_config
 from dlrm.config import Config
 from dlrm.embedding.planner import parse_bytes
 from dlrm.errors import UsageError
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 
 def test_defaults_with_a_dataset_are_the_reference_config():
@@ -239,8 +238,8 @@ def test_debug_adds_the_traceback_of_a_user_error():
 
 def test_an_error_every_rank_raises_is_printed_once_by_rank_0():
     """Two ranks parse the same bad flags: one message (rank 0's), not one per rank, and no traceback."""
-    from tests.multirank import run_ranks
-    from tests.test_bad_input import rank_lines
+    from tests.data.test_bad_input import rank_lines
+    from tests.support.multirank import run_ranks
 
     run = run_ranks(2, ["main.py", "--learning_rate", "nan"], timeout=120)
     assert run.returncode != 0 and not run.timed_out

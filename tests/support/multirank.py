@@ -1,7 +1,7 @@
 """Launch N real ranks (horovodrun with Gloo or MPI) under a hard timeout and collect what they report.
 
-Used by every multi-rank test: `run_ranks(2, ["tests/some_worker.py", "--flag"])` starts
-`horovodrun -np 2 -H localhost:2 --gloo python tests/some_worker.py --flag` in its own process
+Used by every multi-rank test: `run_ranks(2, worker_argv("some_worker", "--flag"))` starts
+`horovodrun -np 2 -H localhost:2 --gloo python -m tests.workers.some_worker --flag` in its own process
 group, with the stall detector tightened (a broken collective fails in seconds instead of hanging),
 one TensorFlow thread per rank (2 cores are shared), and `MULTIRANK_RESULT_DIR` pointing to a fresh
 directory. A worker calls `write_rank_result(rank, {...})` (JSON, no pickle) and the test reads the
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 HOROVODRUN = str(Path(sys.executable).parent / "horovodrun")
 RESULT_DIR_ENV = "MULTIRANK_RESULT_DIR"
 MPI_ARGS = "--allow-run-as-root --oversubscribe"
@@ -60,6 +61,11 @@ class RankRun:
                 f"{self.elapsed:.0f}s)\n--- stdout ---\n{self.stdout[-6000:]}\n--- stderr ---\n"
                 f"{self.stderr[-6000:]}")
         return self
+
+
+def worker_argv(name: str, *args: str) -> List[str]:
+    """The python arguments that run the worker program `tests/workers/<name>.py` with `args`."""
+    return ["-m", f"tests.workers.{name}", *args]
 
 
 def launch_command(np: int, argv: Sequence[str], mpi: bool = False) -> List[str]:

@@ -11,10 +11,10 @@ from dlrm.data.binary import BatchReader
 from dlrm.data.errors import DataError
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.transcode import transcode
+from tests.support import ROOT
 
 CARDS = [3, 200, 40000]
 COLUMNS = ["label", "num_0", "num_1", "cat_0", "cat_1", "cat_2"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def csv_spec(root, files_by_mapping, columns=COLUMNS):

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import yaml
-from test_binary_io import make_dataset
+from tests.data.test_binary_io import make_dataset
 
 from dlrm.data.criteo import preset_cardinalities
 from dlrm.data.errors import SpecError

@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from criteo_raw import MALFORMED_KINDS, write_raw_days
-from reference_preprocess import reference_preprocess
 
 from dlrm.data.binary import BatchReader
 from dlrm.data.feature_spec import FeatureSpec
@@ -32,10 +30,12 @@ from preproc_spark3.config import (
 from preproc_spark3.pipeline import run
 from preproc_spark3.session import spark_conf, start_session
 from preproc_spark3.to_binary import convert_split, part_files
+from tests.support import ROOT
+from tests.support.criteo_raw import MALFORMED_KINDS, write_raw_days
+from tests.support.reference_preprocess import reference_preprocess
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[1]
 TRAIN_DAYS, EVAL_DAY = (0, 1), 2
 LINES = (300, 260, 201)  # odd evaluation day: test gets the extra line
 MALFORMED_PER_DAY = 6

@@ -13,9 +13,9 @@ from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.lr_baseline import logistic_regression_auc
 from dlrm.data.synthetic import GROUND_TRUTH_FILE, ClickModel, generate_dataset, zipf_ids
 from dlrm.metrics import exact_auc
+from tests.support import ROOT
 
 TINY = preset_cardinalities("tiny")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")

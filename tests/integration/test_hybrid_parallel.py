@@ -11,7 +11,7 @@ with the same global batch to float32 tolerance, with Gloo at N = 2 and 3 and wi
 
 Each launch also runs the embedding-layer checks of tests/test_distributed_embedding.py (initial
 pieces, lookups and gradients vs `LocalEmbedding`) so that a multi-rank start-up is paid only once.
-Launches are memoised per pytest session (`tests.multirank.memoised`) and shared with
+Launches are memoised per pytest session (`tests.support.multirank.memoised`) and shared with
 tests/test_sharded_checkpoint.py (restore of the N = 3 checkpoint at N = 2 and N = 1).
 
 This file is also the worker: `python tests/test_hybrid_parallel.py --worker <role> <dir> ...`.
@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from dlrm.embedding.planner import slots_for_optimizer
-from tests.multirank import memoised, run_ranks, run_single, scratch_dir
+from tests.support.multirank import memoised, run_ranks, run_single, scratch_dir
 
 # Tables: 0 row-sliced (1500 rows > budget of 1300 rows), 1 column-sliced (300 > 250 rows),
 # those of <= 6 rows replicated, the rest table-wise. Row = DIM float32 = 32 bytes.
@@ -79,7 +79,7 @@ def _worker(role: str, base: str, dataset: str, optimizers: list, restore_from: 
     from dlrm import dist
     from dlrm.cli import parse_config
     from dlrm.train import trainer
-    from tests.multirank import write_rank_result
+    from tests.support.multirank import write_rank_result
 
     dist.init()
     rank = dist.rank()
@@ -89,7 +89,7 @@ def _worker(role: str, base: str, dataset: str, optimizers: list, restore_from: 
         return parse_config(flags if dist.size() > 1 else without_rank_memory(flags))
 
     if role == "ranks":
-        from tests.test_distributed_embedding import check_layer_against_local
+        from tests.embedding.test_distributed_embedding import check_layer_against_local
 
         result["layer"] = check_layer_against_local()
     for optimizer in optimizers:
@@ -127,7 +127,7 @@ def launch(world: int, mpi: bool = False, restore_from: str | None = None):
     """Train (and maybe restore) on `world` ranks; returns (RankRun, output directory)."""
     def go():
         base = scratch_dir(f"hybrid_{'mpi' if mpi else 'gloo'}{world}_")
-        argv = ["tests/test_hybrid_parallel.py", "--worker", "ranks", base, _dataset(),
+        argv = ["tests/integration/test_hybrid_parallel.py", "--worker", "ranks", base, _dataset(),
                 ",".join(launch_optimizers(mpi))]
         argv += [restore_from] if restore_from else []
         return run_ranks(world, argv, mpi=mpi, timeout=300), base
@@ -138,7 +138,7 @@ def reference(restore_from: str | None = None):
     """The one-process run (LocalEmbedding, no launcher) with the same global batch."""
     def go():
         base = scratch_dir("hybrid_ref_")
-        argv = ["tests/test_hybrid_parallel.py", "--worker", "reference", base, _dataset(), ",".join(OPTIMIZERS)]
+        argv = ["tests/integration/test_hybrid_parallel.py", "--worker", "reference", base, _dataset(), ",".join(OPTIMIZERS)]
         argv += [restore_from] if restore_from else []
         return run_single(argv, timeout=240), base
     return memoised(("hybrid_ref", restore_from), go)
@@ -200,7 +200,7 @@ def assert_same_training(base: str, ref_base: str, world: int, optimizers: list)
 
 
 def assert_layer_checks(run, world: int) -> None:
-    from tests.test_distributed_embedding import assert_layer_results
+    from tests.embedding.test_distributed_embedding import assert_layer_results
 
     assert_layer_results([run.results[r]["layer"] for r in range(world)], world)
 

@@ -9,12 +9,12 @@ import time
 
 import numpy as np
 import pytest
-from test_binary_io import CARDS, decode_kernels, make_dataset, random_rows  # noqa: F401 (fixture)
+from tests.data.test_binary_io import CARDS, decode_kernels, make_dataset, random_rows  # noqa: F401 (fixture)
 
 from dlrm.data.binary import BatchReader, SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
 from dlrm.data.feature_spec import FeatureSpec
-from tests.multirank import ROOT, finish, rank_env, run_ranks, run_single, start_ranks
+from tests.support.multirank import ROOT, finish, rank_env, run_ranks, run_single, start_ranks
 
 
 @pytest.fixture
@@ -291,7 +291,7 @@ def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
     """Rank 1 of a 2-rank main.py run is stopped (SIGSTOP) once training is under way: rank 0 waits in its
     next collective until Horovod gives up on the peer (Gloo timeout, 10 s here), then says so in one line."""
     from dlrm.train import checkpoint
-    from tests.test_rank_failure import _rank_pids, _wait_for
+    from tests.integration.test_rank_failure import _rank_pids, _wait_for
 
     root = tmp_path / "data"
     make_dataset(root, [4096, 32], [50, 20, 30], mappings=("train", "test"))
