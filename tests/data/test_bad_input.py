@@ -1,6 +1,5 @@
 """Every bad-input case stops with an error naming the file, the feature and (where it applies) the row."""
 import os
-import re
 import resource
 import signal
 import subprocess
@@ -9,12 +8,14 @@ import time
 
 import numpy as np
 import pytest
-from tests.data.test_binary_io import CARDS, decode_kernels, make_dataset, random_rows  # noqa: F401 (fixture)
 
 from dlrm.data.binary import BatchReader, SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
 from dlrm.data.feature_spec import FeatureSpec
-from tests.support.multirank import ROOT, finish, rank_env, run_ranks, run_single, start_ranks
+from tests.support import ROOT
+from tests.support.datasets import CARDS, make_dataset, poke, random_rows
+from tests.support.multirank import finish, rank_env, run_ranks, run_single, start_ranks
+from tests.support.processes import rank_lines, rank_pids, wait_until
 
 
 @pytest.fixture
@@ -91,12 +92,6 @@ def test_spec_naming_a_missing_feature(dataset):
 
 
 # ----------------------------------------------------------------------------- values while reading
-def poke(path, dtype, row, value):
-    data = np.fromfile(path, dtype=dtype)
-    data[row] = value
-    data.tofile(path)
-
-
 @pytest.mark.parametrize("table,value", [(3, 40000), (1, -1), (9, 32769), (0, 3)])
 def test_id_out_of_range(dataset, table, value, decode_kernels):
     root, _, _ = dataset
@@ -201,15 +196,6 @@ def test_writer_rejects_bad_label_and_shapes(writer):
 
 
 # ----------------------------------------------------------------------------- reported by the entry points
-RANK_LINE = re.compile(r"^\[(\d+)\]<std(?:err|out)>:(.*)$")
-
-
-def rank_lines(output: str) -> list:
-    """(rank, text) of every line a rank printed under horovodrun (the launcher's own lines excluded:
-    horovodrun itself ends with a traceback of its own whenever a rank exits non-zero)."""
-    return [(int(m.group(1)), m.group(2)) for m in map(RANK_LINE.match, output.splitlines()) if m]
-
-
 def tiny_run_flags(dataset, run_dir) -> list:
     return ["main.py", "--dataset_path", str(dataset), "--embedding_dim", "4", "--bottom_mlp_dims", "8-4",
             "--top_mlp_dims", "8-1", "--global_batch_size", "16", "--valid_batch_size", "32", "--epochs", "1",
@@ -291,7 +277,6 @@ def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
     """Rank 1 of a 2-rank main.py run is stopped (SIGSTOP) once training is under way: rank 0 waits in its
     next collective until Horovod gives up on the peer (Gloo timeout, 10 s here), then says so in one line."""
     from dlrm.train import checkpoint
-    from tests.integration.test_rank_failure import _rank_pids, _wait_for
 
     root = tmp_path / "data"
     make_dataset(root, [4096, 32], [50, 20, 30], mappings=("train", "test"))
@@ -301,10 +286,10 @@ def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
     started = time.monotonic()
     proc = start_ranks(2, flags, env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}, result_dir=str(tmp_path))
     try:
-        assert _wait_for(lambda: checkpoint.find_checkpoint(str(save)) is not None or proc.poll() is not None,
+        assert wait_until(lambda: checkpoint.find_checkpoint(str(save)) is not None or proc.poll() is not None,
                          timeout=150), "no checkpoint within 150 s"
         assert proc.poll() is None, "training ended before the stall"
-        pids = _rank_pids(proc.pid)
+        pids = rank_pids(proc.pid)
         os.kill(pids[1], signal.SIGSTOP)
     finally:
         run = finish(proc, timeout=120 + (time.monotonic() - started), started=started, result_dir=str(tmp_path))

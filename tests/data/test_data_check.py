@@ -2,39 +2,26 @@
 
 Kernel-level tests compare the start-up check with the decode (same earliest bad value, whatever the
 threads, blocks and row range); the run-level tests start real `main.py` processes (and 2 real ranks
-for the shared check) and look at what they leave behind; `python -m dlrm.data.transcode` refuses an
-empty CSV with a non-zero exit.
+for the shared check, `python -m tests.workers.data_check`) and look at what they leave behind.
 """
 import json
 import os
 import shutil
-import subprocess
-import sys
-from typing import Optional
 
 import numpy as np
 import pytest
-from tests.data.test_binary_io import CARDS, make_dataset
 
 from dlrm.data import decode
 from dlrm.data.binary import BatchReader, MappedFiles
 from dlrm.data.errors import DataError
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.validate import check_mappings
-from tests.support import ROOT
+from tests.support.datasets import CARDS, make_dataset, poke
 
 TRAIN_ROWS, TEST_ROWS = 2048, 1024
 MODEL = ["--embedding_dim", "8", "--bottom_mlp_dims", "16-8", "--top_mlp_dims", "16-1", "--optimizer", "adagrad",
          "--learning_rate", "0.05", "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", "256",
          "--valid_batch_size", "1024", "--intra_op_threads", "1", "--log_every", "1"]
-
-
-def poke(path, dtype, index, value):
-    """Overwrite one value of a file in place (mappings of the file stay valid)."""
-    data = np.memmap(path, dtype=dtype, mode="r+")
-    data[index] = value
-    data.flush()
-    del data
 
 
 # ----------------------------------------------------------------------------- the check kernel
@@ -214,14 +201,14 @@ def test_two_ranks_share_the_check_and_raise_the_same_earliest_row(dataset):
     """Rank 0 checks train rows 0-1023, rank 1 rows 1024-2047 (test: 0-511 / 512-1023). In train only
     rank 1 holds bad rows: both ranks name its earliest (1100). In test both ranks hold one: both name
     rank 0's (400), the earlier one."""
-    from tests.support.multirank import run_ranks
+    from tests.support.multirank import run_ranks, worker_argv
 
     spec = FeatureSpec.load(str(dataset))
     poke(dataset / "train" / "label.bin", np.uint8, 1100, 9)
     poke(dataset / "train" / "cat_3.bin", spec.dtype("cat_3"), 1900, -3)
     poke(dataset / "test" / "cat_6.bin", spec.dtype("cat_6"), 400, CARDS[6])
     poke(dataset / "test" / "numerical.bin", np.float16, 600 * 13, np.inf)
-    run = run_ranks(2, ["tests/data/test_data_check.py", "--worker", str(dataset)], timeout=120).check()
+    run = run_ranks(2, worker_argv("data_check", str(dataset)), timeout=120).check()
     assert sorted(run.results) == [0, 1]
     for rank in (0, 1):
         train, test = run.results[rank]["train"], run.results[rank]["test"]
@@ -233,58 +220,12 @@ def test_two_ranks_share_the_check_and_raise_the_same_earliest_row(dataset):
 def test_a_file_broken_on_one_rank_only_stops_both_and_that_rank_reports_it(dataset, tmp_path):
     """Node-local copies that differ: rank 1's copy of cat_3.bin is truncated. Rank 1 reports it, naming
     itself; rank 0 stops too (no hang in the shared check) and prints nothing."""
-    from tests.support.multirank import run_ranks
+    from tests.support.multirank import run_ranks, worker_argv
 
     copy = shutil.copytree(dataset, tmp_path / "copy_of_rank_1")
     with open(copy / "train" / "cat_3.bin", "r+b") as f:
         f.truncate(10)
-    run = run_ranks(2, ["tests/data/test_data_check.py", "--worker", str(dataset), str(copy)], timeout=120).check()
+    run = run_ranks(2, worker_argv("data_check", str(dataset), str(copy)), timeout=120).check()
     assert run.results[0]["outcomes"] == ["PeerRankFailed", "ok"] and run.results[0]["printed"] == [None]
     assert run.results[1]["outcomes"][0] in ("SpecError", "DataError")
     assert run.results[1]["printed"][0].startswith("error: rank 1: ") and "cat_3.bin" in run.results[1]["printed"][0]
-
-
-def _worker(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
-    """One rank of the two-rank tests: check each mapping through the real collective, report the errors
-    (rank 1 reads `dataset_of_rank_1` when given, as a node-local copy)."""
-    from dlrm import dist
-    from dlrm.cli_errors import user_error_text
-    from dlrm.errors import UserError
-    from dlrm.train.trainer import cores_per_rank
-    from tests.support.multirank import write_rank_result
-
-    dist.init()
-    mine = dataset_of_rank_1 if dataset_of_rank_1 and dist.rank() == 1 else dataset
-    found, messages, outcomes, printed = {}, [], [], []
-    for mapping in ("train", "test"):
-        try:
-            check_mappings(FeatureSpec.load(mine), [mapping], [mapping], rank=dist.rank(), world_size=dist.size(),
-                           gather=dist.allgather_object, threads=cores_per_rank())
-            outcomes.append("ok")
-        except UserError as error:
-            outcomes.append(type(error).__name__)
-            printed.append(user_error_text(error, dist.rank(), dist.size()))
-            if isinstance(error, DataError):
-                found[mapping] = [error.file, error.feature, error.row]
-                messages.append(str(error).replace(mine, dataset))
-    write_rank_result(dist.rank(), dict(found, messages=messages, outcomes=outcomes, printed=printed))
-
-
-# ----------------------------------------------------------------------------- transcode
-def test_transcode_refuses_an_empty_csv(tmp_path):
-    """Before: exit status 0 and a dataset with an empty mapping."""
-    from tests.data.test_transcode import csv_spec, rows, write_csv
-
-    write_csv(tmp_path / "train.csv", *rows(10, 1))
-    (tmp_path / "test.csv").write_text("")
-    spec_path = csv_spec(tmp_path, {"train": ["train.csv"], "test": ["test.csv"]})
-    out = tmp_path / "bin"
-    run = subprocess.run([sys.executable, "-m", "dlrm.data.transcode", "--input", spec_path, "--output", str(out)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert f"file {tmp_path / 'test.csv'}: the CSV file is empty: no rows for mapping 'test'" in run.stderr
-    assert not (out / "feature_spec.yaml").exists() and not (out / "test" / "label.bin").exists()
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    _worker(*sys.argv[2:4])

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 import yaml
-from tests.data.test_binary_io import make_dataset
 
 from dlrm.data.criteo import preset_cardinalities
 from dlrm.data.errors import SpecError
 from dlrm.data.feature_spec import FeatureSpec, categorical_dtype
+from tests.support.datasets import make_dataset
 
 
 def test_smallest_id_dtype_holding_the_cardinality():
@@ -62,8 +62,8 @@ def test_validation_lists_every_problem():
         spec.validate(check_files=False)
     problems = "\n".join(caught.value.problems)
     for expected in ["names feature 'cat_1', which is missing from feature_spec", "'cat_0' has dtype int64",
-                     "'num_1' has dtype int8", "unknown channel 'weights'", "'orphan' is in feature_spec but in no channel",
-                     "no file for feature 'label'"]:
+                     "'num_1' has dtype int8", "unknown channel 'weights'",
+                     "'orphan' is in feature_spec but in no channel", "no file for feature 'label'"]:
         assert expected in problems, expected
     assert len(caught.value.problems) >= 6
 

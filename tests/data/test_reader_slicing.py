@@ -8,10 +8,10 @@ import time
 
 import numpy as np
 import pytest
-from tests.data.test_binary_io import make_dataset
-from tests.support import ROOT
 
 from dlrm.data.binary import BatchReader, rank_slice
+from tests.support import ROOT
+from tests.support.datasets import make_dataset
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,4 @@
 """CSV + feature spec -> split binary: streamed in chunks, identical values, bad fields named."""
-import os
 import subprocess
 import sys
 
@@ -126,3 +125,16 @@ def test_writer_error_in_a_later_file_names_that_file_and_its_line(tmp_path):
     error = caught.value
     assert (error.file, error.feature, error.row) == (str(tmp_path / "b.csv"), "cat_2", 2)
     assert "(line 3) id 40000 is outside [0, 40000)" in str(error)
+
+
+def test_transcode_refuses_an_empty_csv(tmp_path):
+    """Before: exit status 0 and a dataset with an empty mapping."""
+    write_csv(tmp_path / "train.csv", *rows(10, 1))
+    (tmp_path / "test.csv").write_text("")
+    spec_path = csv_spec(tmp_path, {"train": ["train.csv"], "test": ["test.csv"]})
+    out = tmp_path / "bin"
+    run = subprocess.run([sys.executable, "-m", "dlrm.data.transcode", "--input", spec_path, "--output", str(out)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"file {tmp_path / 'test.csv'}: the CSV file is empty: no rows for mapping 'test'" in run.stderr
+    assert not (out / "feature_spec.yaml").exists() and not (out / "test" / "label.bin").exists()

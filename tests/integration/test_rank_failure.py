@@ -16,45 +16,11 @@ import time
 
 import pytest
 
-from tests.integration.test_hybrid_parallel import CARDINALITIES, train_flags, without_rank_memory
+from tests.support.hybrid import CARDINALITIES, train_flags, without_rank_memory
 from tests.support.multirank import finish, run_single, scratch_dir, start_ranks
+from tests.support.processes import rank_pids, wait_until
 
 FAILURE_BOUND_SECONDS = 45.0
-
-
-def _descendants(pid: int) -> list:
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _rank_pids(launcher_pid: int) -> dict:
-    """{rank: pid} of the `main.py` processes started by the launcher (HOROVOD_RANK of each)."""
-    pids = {}
-    for pid in _descendants(launcher_pid):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-        except OSError:
-            continue
-        if cmdline and cmdline[0].endswith(b"python") and any(a.endswith(b"main.py") for a in cmdline) \
-                and b"HOROVOD_RANK" in environ:
-            pids[int(environ[b"HOROVOD_RANK"])] = pid
-    return pids
 
 
 def _alive(pid: int) -> bool:
@@ -63,15 +29,6 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def _wait_for(condition, timeout: float, poll: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll)
-    return False
 
 
 @pytest.mark.multirank
@@ -90,15 +47,15 @@ def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable
     started = time.monotonic()
     proc = start_ranks(2, ["main.py", *flags], result_dir=work)
     try:
-        assert _wait_for(lambda: checkpoint.find_checkpoint(root) is not None or proc.poll() is not None,
+        assert wait_until(lambda: checkpoint.find_checkpoint(root) is not None or proc.poll() is not None,
                          timeout=200), "no checkpoint within 200 s"
         assert proc.poll() is None, "training ended before the kill"
-        pids = _rank_pids(proc.pid)
+        pids = rank_pids(proc.pid)
         assert sorted(pids) == [0, 1], pids
         time.sleep(0.5)  # mid-training, possibly mid-checkpoint
         os.kill(pids[0], signal.SIGKILL)
         killed_at = time.monotonic()
-        survivor_gone = _wait_for(lambda: not _alive(pids[1]), timeout=FAILURE_BOUND_SECONDS + 30)
+        survivor_gone = wait_until(lambda: not _alive(pids[1]), timeout=FAILURE_BOUND_SECONDS + 30)
         survivor_seconds = time.monotonic() - killed_at
     finally:
         run = finish(proc, timeout=FAILURE_BOUND_SECONDS + 60 + (time.monotonic() - started), started=started,
@@ -135,7 +92,7 @@ def test_a_bad_row_on_one_rank_stops_both_ranks_at_one_step_with_a_checkpoint(ma
     the checkpoint of step 5; rank 1 reports the row, rank 0 stops as PeerRankFailed (no second message)."""
     from dlrm.data.synthetic import generate_dataset
     from dlrm.train import checkpoint
-    from tests.data.test_bad_input import poke
+    from tests.support.datasets import poke
     from tests.support.multirank import run_ranks
 
     work = scratch_dir("bad_row_")

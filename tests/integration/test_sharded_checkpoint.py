@@ -1,11 +1,11 @@
 """Sharded checkpoints restore onto another world size: save with 3 ranks, restore with 2 and with 1.
 
-The 3-rank Adagrad run of tests/test_hybrid_parallel.py writes its final checkpoint (step 4) with
+The 3-rank Adagrad run of tests/integration/test_hybrid_parallel.py writes its final checkpoint (step 4) with
 each rank writing only its own pieces (replicated tables by rank 0). That checkpoint is resumed by a
 2-rank launch (Gloo) and by one process (LocalEmbedding), each training one more step. Both must
 equal an uninterrupted one-process run of 5 steps: weights, Adagrad accumulators, the step-5 loss.
 A wrong region, slot or optimizer step in the restore would break that equality. Launches are
-shared (memoised) with tests/test_hybrid_parallel.py.
+shared (memoised, tests/support/hybrid.py) with tests/integration/test_hybrid_parallel.py.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 
-from tests.integration.test_hybrid_parallel import (
+from tests.support.hybrid import (
     STEPS,
     TOLERANCE,
     checkpoint_arrays,
@@ -22,7 +22,6 @@ from tests.integration.test_hybrid_parallel import (
     losses,
     max_difference,
     reference,
-    three_rank_checkpoint,
 )
 
 
@@ -35,10 +34,10 @@ def _piece_files(checkpoint_dir: str) -> list:
 
 @pytest.mark.multirank
 @pytest.mark.slow
-def test_three_rank_checkpoint_is_written_in_pieces_with_the_plan():
+def test_three_rank_checkpoint_is_written_in_pieces_with_the_plan(three_rank_checkpoint):
     from dlrm.train import checkpoint
 
-    directory = checkpoint.find_checkpoint(three_rank_checkpoint())
+    directory = checkpoint.find_checkpoint(three_rank_checkpoint)
     meta = checkpoint.read_meta(directory)
     assert meta["world_size"] == 3 and meta["step"] == STEPS
     plan = meta["plan"]
@@ -58,8 +57,8 @@ def test_three_rank_checkpoint_is_written_in_pieces_with_the_plan():
 @pytest.mark.multirank
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 1])
-def test_restore_three_rank_checkpoint_on_other_world_sizes(world):
-    source = three_rank_checkpoint()
+def test_restore_three_rank_checkpoint_on_other_world_sizes(world, three_rank_checkpoint):
+    source = three_rank_checkpoint
     ref_run, ref_base = reference(restore_from=source)
     ref_run.check()
     if world == 1:

@@ -13,14 +13,8 @@ import pytest
 
 from dlrm.train import checkpoint, stopping
 from dlrm.train.metrics_log import read_metrics
-from tests.integration.test_resume_sigkill import (
-    MAX_STEPS,
-    ROOT,
-    TIMEOUT,
-    assert_same_final_weights,
-    main_command,
-    run_main,
-)
+from tests.support import ROOT
+from tests.support.runs import MAX_STEPS, TIMEOUT, assert_same_final_weights, main_command, run_main
 
 
 def training_started(run_dir) -> bool:
@@ -103,7 +97,7 @@ def test_ctrl_c_is_a_stop_request_and_a_second_one_exits_at_once(times):
 
 
 def two_rank_flags(work, name):
-    from tests.integration.test_hybrid_parallel import train_flags
+    from tests.support.hybrid import train_flags
 
     flags = train_flags(os.path.join(work, "data"), "adagrad", os.path.join(work, name, "run"),
                         os.path.join(work, name, "ckpt"), global_batch=16)
@@ -119,9 +113,9 @@ def test_sigusr1_to_one_of_two_ranks_stops_both_at_one_step_and_the_same_command
     """Slurm signals every task; here only rank 1 gets SIGUSR1, so the other rank learns it only through
     the per-step agreement (sent to both, the agreement is the same)."""
     from dlrm.data.synthetic import generate_dataset
-    from tests.integration.test_hybrid_parallel import CARDINALITIES
-    from tests.integration.test_rank_failure import _rank_pids
+    from tests.support.hybrid import CARDINALITIES
     from tests.support.multirank import finish, run_ranks, scratch_dir, start_ranks
+    from tests.support.processes import rank_pids
 
     work = scratch_dir("signals_")
     generate_dataset(os.path.join(work, "data"), CARDINALITIES, 16_000, 64, seed=4)  # 1000 steps per epoch
@@ -132,7 +126,7 @@ def test_sigusr1_to_one_of_two_ranks_stops_both_at_one_step_and_the_same_command
     launcher = start_ranks(2, argv, result_dir=work)
     try:
         wait_for(lambda: training_started(os.path.join(work, "signalled", "run")), launcher, timeout=120)
-        os.kill(_rank_pids(launcher.pid)[1], signal.SIGUSR1)
+        os.kill(rank_pids(launcher.pid)[1], signal.SIGUSR1)
     finally:
         run = finish(launcher, timeout=120, started=started, result_dir=work)
     assert not run.timed_out and run.returncode != 0

@@ -4,7 +4,6 @@ Bad flags of every entry point: refused with a message naming the flag, exit sta
 """
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -238,8 +237,8 @@ def test_debug_adds_the_traceback_of_a_user_error():
 
 def test_an_error_every_rank_raises_is_printed_once_by_rank_0():
     """Two ranks parse the same bad flags: one message (rank 0's), not one per rank, and no traceback."""
-    from tests.data.test_bad_input import rank_lines
     from tests.support.multirank import run_ranks
+    from tests.support.processes import rank_lines
 
     run = run_ranks(2, ["main.py", "--learning_rate", "nan"], timeout=120)
     assert run.returncode != 0 and not run.timed_out

@@ -17,7 +17,7 @@ from dlrm.launch.spec import SpecError, load_spec
 from dlrm.launch.submit import ExecutorOptions, make_executor, wait_for_jobs
 from tests.support import ROOT
 from tests.support.multirank import RANK_ENV
-from tests.support.slurm_cluster import KILL_WAIT_S, PARTITION, slurm_cluster  # noqa: F401  (pytest fixture)
+from tests.support.slurm_cluster import KILL_WAIT_S, PARTITION
 
 PYTHON = sys.executable
 # Tiny runs: every flag given, so the run does not depend on the demo preset.

@@ -1,4 +1,4 @@
-"""The Slurm launch path against a real two-node Slurm (tests/slurm_cluster.py).
+"""The Slurm launch path against a real two-node Slurm (tests/support/slurm_cluster.py).
 
 - the cluster itself: a 2-node job whose ranks meet through `srun --mpi=pmix` and through `mpirun`;
 - `sbatch -N 2 slurm/dlrm_multinode.sbatch`: trains with the embedding tables sharded over 2 ranks
@@ -27,12 +27,7 @@ import pytest
 from dlrm.train.metrics_log import METRICS_FILE, read_metrics
 from tests.support import ROOT
 from tests.support.multirank import RANK_ENV
-from tests.support.slurm_cluster import (  # noqa: F401  (pytest fixture)
-    is_running,
-    pids_with_env,
-    slurm_cluster,
-    start_cluster,
-)
+from tests.support.slurm_cluster import is_running, pids_with_env, start_cluster
 
 TEMPLATE = ROOT / "slurm" / "dlrm_multinode.sbatch"
 PYTHON = sys.executable

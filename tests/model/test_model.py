@@ -143,8 +143,8 @@ def test_model_gives_one_float32_logit_per_row_and_handles_empty_batches(arch):
 def test_dcnv2_parameter_shapes():
     model = build_model(tiny_config("dcnv2"), LocalEmbedding(SIZES, DIM, seed=0))
     cross_in = DIM + len(SIZES) * DIM
-    assert [l.kernel.shape for l in model.cross.down] == [(cross_in, 4)] * 3
-    assert [l.kernel.shape for l in model.cross.up] == [(4, cross_in)] * 3
+    assert [layer.kernel.shape for layer in model.cross.down] == [(cross_in, 4)] * 3
+    assert [layer.kernel.shape for layer in model.cross.up] == [(4, cross_in)] * 3
     assert model.top_mlp.dense_layers[0].kernel.shape == (cross_in, 32)
 
 

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-import pytest
-
 from dlrm.launch import slurm_state
 from dlrm.launch.slurm_state import FINAL_STATES
 
@@ -306,16 +304,3 @@ def _wait_for(predicate, timeout: float, what: str, cluster: SlurmCluster) -> No
             return
         time.sleep(0.2)
     raise TimeoutError(f"Slurm test cluster: no {what} after {timeout} s\n{cluster.log_tail()}")
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    """A fresh private two-node cluster for one test module; always torn down."""
-    missing = missing_binaries()
-    if missing:
-        pytest.fail(f"Slurm test cluster needs {missing} (Debian slurm-wlm + munge, see scripts/bootstrap.sh)")
-    cluster = start_cluster()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()

@@ -24,8 +24,8 @@ from dlrm.embedding.base import TablePiece
 from dlrm.errors import PeerRankFailed
 from dlrm.train import checkpoint as ckpt
 from dlrm.train.checkpoint import SINGLE_PROCESS, CheckpointError
+from tests.support import ROOT
 from tests.support.multirank import (
-    ROOT,
     finish,
     rank_env,
     read_rank_results,
@@ -34,6 +34,7 @@ from tests.support.multirank import (
     start_ranks,
     worker_argv,
 )
+from tests.support.processes import wait_until
 
 IS_ROOT = os.geteuid() == 0
 READ_ONLY_REASON = r"\((EROFS|EACCES)\)"  # a read-only mount as root, a chmod 555 directory otherwise
@@ -178,7 +179,7 @@ def test_disk_full_names_the_file_and_enospc_and_keeps_the_previous_checkpoint(t
 def _train(tmp_path, save_path, *flags):
     from dlrm.cli import parse_config
     from dlrm.train import trainer
-    from tests.train.test_trainer import SMALL
+    from tests.support.runs import SMALL
 
     config = parse_config(["--synthetic_dir", str(tmp_path / "data"), "--run_dir", str(tmp_path / "run"),
                            "--save_checkpoint_path", save_path, "--max_steps", "2", *SMALL, *flags])
@@ -226,24 +227,16 @@ def test_training_that_fills_the_disk_stops_naming_the_file_and_keeps_the_last_c
 
 # ------------------------------------------------------------------------------------------ 2 ranks
 
-def _wait_for(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.multirank
 def test_a_two_rank_run_locks_once_and_a_second_two_rank_run_is_refused(tmp_path):
     root, release = str(tmp_path / "ckpt"), str(tmp_path / "release")
     first_dir = scratch_dir("ckpt_lock_first_")
     started = time.monotonic()
-    first = start_ranks(2, [*worker_argv("checkpoint_dir"), "prepare", root, "--hold-until", release], result_dir=first_dir)
+    hold = worker_argv("checkpoint_dir", "prepare", root, "--hold-until", release)
+    first = start_ranks(2, hold, result_dir=first_dir)
     try:
-        holding = _wait_for(lambda: len(read_rank_results(first_dir)) == 2 or first.poll() is not None, 120)
-        second = run_ranks(2, [*worker_argv("checkpoint_dir"), "prepare", root], timeout=120) if holding else None
+        holding = wait_until(lambda: len(read_rank_results(first_dir)) == 2 or first.poll() is not None, 120)
+        second = run_ranks(2, worker_argv("checkpoint_dir", "prepare", root), timeout=120) if holding else None
     finally:
         open(release, "w").close()
         first_run = finish(first, timeout=180, started=started, result_dir=first_dir)
@@ -261,7 +254,7 @@ def test_a_two_rank_run_locks_once_and_a_second_two_rank_run_is_refused(tmp_path
 @pytest.mark.multirank
 def test_a_read_only_path_on_one_rank_stops_both_ranks_with_one_message(tmp_path, read_only_dir):
     root = str(tmp_path / "ckpt")
-    run = run_ranks(2, [*worker_argv("checkpoint_dir"), "prepare", root, read_only_dir], timeout=120).check()
+    run = run_ranks(2, worker_argv("checkpoint_dir", "prepare", root, read_only_dir), timeout=120).check()
     assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
     assert run.results[1]["outcome"] == "CheckpointError"
     assert re.match(rf"^error: rank 1: cannot write checkpoints to {re.escape(read_only_dir)} .*{READ_ONLY_REASON} "
@@ -272,7 +265,7 @@ def test_a_read_only_path_on_one_rank_stops_both_ranks_with_one_message(tmp_path
 @pytest.mark.multirank
 def test_disk_full_on_one_rank_stops_both_ranks_and_removes_the_partial_checkpoint(tmp_path):
     with tmpfs(tmp_path / "full", "1m") as root:
-        run = run_ranks(2, [*worker_argv("checkpoint_dir"), "save", root, "--rows-of-rank-1", "8000"], timeout=120).check()
+        run = run_ranks(2, worker_argv("checkpoint_dir", "save", root, "--rows-of-rank-1", "8000"), timeout=120).check()
         assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
         step_2 = os.path.join(root, "step_00000002")
         message = (f"cannot write checkpoint {step_2}: "
@@ -292,7 +285,7 @@ def test_checkpoint_errors_every_rank_raises_alike_are_printed_by_rank_0_only():
 @pytest.mark.multirank
 def test_a_piece_missing_on_one_rank_stops_both_ranks_at_restore_with_one_message(tmp_path):
     root = str(tmp_path / "ckpt")
-    run = run_ranks(2, [*worker_argv("checkpoint_dir"), "restore", root], timeout=120).check()
+    run = run_ranks(2, worker_argv("checkpoint_dir", "restore", root), timeout=120).check()
     assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
     assert run.results[1]["outcome"] == "CheckpointError"
     assert re.match(r"^error: rank 1: checkpoint .* has no slot 'value' for table 1 .*\(host .*\)$",

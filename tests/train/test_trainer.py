@@ -14,12 +14,7 @@ from dlrm.data.binary import BatchReader
 from dlrm.data.errors import DataError
 from dlrm.train import checkpoint, trainer
 from dlrm.train.metrics_log import MetricsLog, read_metrics
-
-# A small model on a small synthetic dataset: a few seconds per run on 2 cores.
-SMALL = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--global_batch_size", "512",
-         "--valid_batch_size", "1024", "--embedding_dim", "8", "--bottom_mlp_dims", "16-8",
-         "--top_mlp_dims", "16-1", "--dcn_low_rank_dim", "8", "--dcn_num_layers", "2", "--log_every", "2",
-         "--intra_op_threads", "2", "--warmup_steps", "2", "--decay_start_step", "4", "--decay_steps", "4"]
+from tests.support.runs import SMALL
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +208,7 @@ def test_weights_are_checked_for_nan_and_inf_in_row_chunks(monkeypatch):
 @pytest.fixture
 def bad_label_dataset(synthetic_dir, tmp_path):
     """A copy of the small dataset with a label byte of 7 (the reader's DataError) at a given row."""
-    from test_bad_input import poke
+    from tests.support.datasets import poke
 
     config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL)
     trainer.prepare_dataset(config.data, MetricsLog("", enabled=False))  # generated if no test did yet
