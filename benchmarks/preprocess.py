@@ -84,7 +84,7 @@ def compare_outputs(spark_dir: Path, base_dir: Path) -> dict:
             "eval_splits_byte_identical": same_files, "rows": a.metadata["num_rows"]}
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--repeats", type=int, default=2, help="alternating runs of each")
@@ -94,8 +94,11 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/dlrm_preprocess_bench")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--timeout", type=float, default=1800)
-    a = p.parse_args()
+    return p.parse_args()
 
+
+def main() -> None:
+    a = _parse_args()
     work = Path(a.workdir)
     raw = work / f"raw_{a.rows}"
     days = [0, 1, 2]

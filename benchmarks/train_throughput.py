@@ -285,7 +285,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> dict:
+def _parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch_size", type=int, default=8192,
                         help="per-step batch (8192 = the reference 65536 global batch per device on 8 devices)")
@@ -296,7 +296,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning_rate", type=float, default=0.01, help="constant lr, same for every candidate")
     parser.add_argument("--skip", nargs="*", default=[], help="candidate names to leave out")
     parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "train_throughput.json"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = _parse_args(argv)
     command = " ".join(["python benchmarks/train_throughput.py"] + list(argv if argv is not None else sys.argv[1:]))
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     load_before = list(os.getloadavg())

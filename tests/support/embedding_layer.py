@@ -58,16 +58,10 @@ def check_layer_against_local() -> dict:
     result = {"rank": rank, "world": world, "kinds": [t.kind for t in plan.tables]}
 
     # 1. Initial values: every held piece is the same rectangle of the single-process table.
-    init_ok = True
-    for piece, variable in sharded.held_pieces():
-        full = reference.tables[piece.table].numpy()
-        region = full[piece.row_start:piece.row_end, piece.col_start:piece.col_end]
-        init_ok &= bool(np.array_equal(variable.numpy(), region))
-    result["init_equal"] = init_ok
-    result["held"] = [[p.table, p.row_start, p.row_end, p.col_start, p.col_end]
-                      for p, _ in sharded.held_pieces()]
-    result["stored"] = [[p.table, p.row_start, p.row_end, p.col_start, p.col_end]
-                        for p, _ in sharded.stored_pieces()]
+    result["init_equal"] = all(np.array_equal(variable.numpy(), _region(reference.tables[piece.table].numpy(), piece))
+                               for piece, variable in sharded.held_pieces())
+    result["held"] = _rectangles(sharded.held_pieces())
+    result["stored"] = _rectangles(sharded.stored_pieces())
     result["num_model_parallel"] = len(sharded.model_parallel_variables)
 
     def variables_of(layer):
@@ -100,20 +94,39 @@ def check_layer_against_local() -> dict:
             vectors, grads = step(tf.constant(ids[mine]), tf.constant(weights[mine]),
                                              tf.constant(float(batch)))
             err_fwd = float(np.max(np.abs(vectors.numpy() - ref_vectors.numpy()[mine]), initial=0.0))
-            err_grad, sparse, norm = 0.0, True, 0.0
-            held = {id(v): p for p, v in sharded.held_pieces()}
-            for grad, variable in zip(grads, variables_of(sharded)):
-                piece = held[id(variable)]
-                if id(variable) in {id(v) for v in sharded.model_parallel_variables}:
-                    sparse &= isinstance(grad, tf.IndexedSlices)
-                want = ref_dense[piece.table][piece.row_start:piece.row_end, piece.col_start:piece.col_end]
-                got = tf.convert_to_tensor(grad).numpy() if grad is not None else np.zeros_like(want)
-                err_grad = max(err_grad, float(np.max(np.abs(got - want), initial=0.0)))
-                norm += float(np.sum(want * want))
+            err_grad, sparse, norm = _gradient_errors(sharded, zip(grads, variables_of(sharded)), ref_dense)
             errors[f"{case}/{mode}"] = {"forward": err_fwd, "grad": err_grad, "sparse": sparse, "grad_norm": norm,
                                         "local_rows": int(mine.stop - mine.start)}
     result["errors"] = errors
     return result
+
+
+def _region(table: np.ndarray, piece) -> np.ndarray:
+    return table[piece.row_start:piece.row_end, piece.col_start:piece.col_end]
+
+
+def _rectangles(pieces) -> list:
+    """[table, row_start, row_end, col_start, col_end] of each (piece, variable), as JSON."""
+    return [[p.table, p.row_start, p.row_end, p.col_start, p.col_end] for p, _ in pieces]
+
+
+def _gradient_errors(sharded, grads_and_variables, ref_dense: list) -> tuple:
+    """(largest difference from the one-process gradient, every shard gradient sparse, squared norm of the
+    one-process gradient) over the pieces this rank holds."""
+    import tensorflow as tf
+
+    err_grad, sparse, norm = 0.0, True, 0.0
+    held = {id(v): p for p, v in sharded.held_pieces()}
+    model_parallel = {id(v) for v in sharded.model_parallel_variables}
+    for grad, variable in grads_and_variables:
+        piece = held[id(variable)]
+        if id(variable) in model_parallel:
+            sparse &= isinstance(grad, tf.IndexedSlices)
+        want = _region(ref_dense[piece.table], piece)
+        got = tf.convert_to_tensor(grad).numpy() if grad is not None else np.zeros_like(want)
+        err_grad = max(err_grad, float(np.max(np.abs(got - want), initial=0.0)))
+        norm += float(np.sum(want * want))
+    return err_grad, sparse, norm
 
 
 def assert_layer_results(results: list, world: int) -> None:
