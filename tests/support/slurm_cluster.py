@@ -190,7 +190,7 @@ def _slurm_conf(root: Path, host: str, munge_socket: Path, ports: dict) -> str:
         for name in NODE_NAMES
     )
     return f"""\
-# Private test cluster: two slurmd "nodes" on one host (tests/slurm_cluster.py).
+# Private test cluster: two slurmd "nodes" on one host (tests/support/slurm_cluster.py).
 ClusterName=dlrmtest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ports['ctld']}
