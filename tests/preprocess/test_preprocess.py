@@ -205,6 +205,16 @@ def test_shuffle_is_a_deterministic_permutation(spark, outputs, raw_dir, tmp_pat
     assert _read_files(tmp_path / "a") == _read_files(tmp_path / "b")
 
 
+def test_part_files_are_read_in_part_number_order_and_other_files_skipped(tmp_path):
+    """Spark's part files by their number (not by name: part-100000 comes after part-99999); its marker and
+    checksum files, and a parquet file without a part number, are not rows of the split."""
+    names = ["part-100000-a.snappy.parquet", "part-99999-b.snappy.parquet", "part-00002-c.parquet", "_SUCCESS",
+             ".part-00001-d.parquet.crc", "part-unnumbered.parquet"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in part_files(tmp_path)] == [names[2], names[1], names[0]]
+
+
 def test_conversion_rejects_rows_out_of_order(tmp_path):
     """The binary conversion trusts no part-file order it has not checked."""
     import pyarrow as pa
