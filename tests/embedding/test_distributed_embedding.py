@@ -35,4 +35,3 @@ def test_one_rank_plan_matches_local_embedding_and_rejects_bad_input():
     bad[2, 3] = TABLE_SIZES[3]
     with pytest.raises(tf.errors.InvalidArgumentError, match="out of range"):
         sharded(bad)
-

@@ -127,7 +127,6 @@ UNFUSED = {"HOROVOD_FUSION_THRESHOLD": "0"}
 FUSED = {"HOROVOD_CYCLE_TIME": "20"}
 
 
-
 @pytest.mark.multirank
 @pytest.mark.slow
 def test_three_ranks_stay_within_float_rounding_of_one_process_for_40_steps():

@@ -135,6 +135,8 @@ def max_difference(got: dict, want: dict) -> tuple:
 # changes between runs (docs/hybrid_parallel.md, "Reproducible reductions").
 REPRO_STEPS = 40
 REPRO_CHECKPOINT_EVERY = 10
+
+
 def repro_command(base: str) -> list:
     """The `main.py` argv (the same on every world size) of the reproducibility runs, writing under `base`."""
     flags = train_flags(_dataset(), "sgd", base + "/run", base + "/ckpt")

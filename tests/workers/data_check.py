@@ -36,6 +36,5 @@ def main(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
     write_rank_result(dist.rank(), dict(found, messages=messages, outcomes=outcomes, printed=printed))
 
 
-
 if __name__ == "__main__":
     main(*sys.argv[1:3])
