@@ -32,9 +32,6 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from criteo_raw import write_raw_days  # noqa: E402
 
 from benchmarks.machine import (  # noqa: E402
     alternate_windows,
@@ -46,6 +43,7 @@ from benchmarks.machine import (  # noqa: E402
     write_json,
     write_table,
 )
+from tests.support.criteo_raw import write_raw_days  # noqa: E402
 
 CRITEO_ROWS = 4_373_472_329
 # Criteo-shaped: a few large vocabularies, many small ones (26 features).

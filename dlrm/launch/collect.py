@@ -189,7 +189,8 @@ def collect(sweep_dir: str) -> dict:
         raise FileNotFoundError(f"{sweep_dir}: no run directories with {POINT_FILE} (is this a sweep directory?)")
     rows = sorted((collect_point(p) for p in points),
                   key=lambda r: (r["dataset"], r["world_size"], r["embedding_parameters"]))
-    paths = {"csv": os.path.join(sweep_dir, TABLE_FILE + ".csv"), "markdown": os.path.join(sweep_dir, TABLE_FILE + ".md"),
+    paths = {"csv": os.path.join(sweep_dir, TABLE_FILE + ".csv"),
+             "markdown": os.path.join(sweep_dir, TABLE_FILE + ".md"),
              "plot": os.path.join(sweep_dir, PLOT_FILE)}
     write_csv(rows, paths["csv"])
     write_markdown(rows, paths["markdown"])
