@@ -4,9 +4,9 @@
 #   docker build -t registry.example.com/dlrm:latest .
 #   DLRM_CONTAINER_IMAGE=registry.example.com/dlrm:latest sbatch -N 4 --ntasks-per-node=8 \
 #       --gpus-per-node=8 slurm/dlrm_multinode.sbatch --dataset_path /data/criteo_t15
-# See README.md, "Running on a cluster". The install steps are those of scripts/bootstrap.sh, from the same
+# See docs/cluster.md, "Docker image". The install steps are those of scripts/bootstrap.sh, from the same
 # requirements.txt, except what the base image already provides: TensorFlow (a GPU build instead of
-# tensorflow-cpu) and Horovod (already built with NCCL); tests/test_dockerfile.py checks this.
+# tensorflow-cpu) and Horovod (already built with NCCL); tests/launch/test_dockerfile.py checks this.
 ARG BASE_IMAGE=nvcr.io/nvidia/tensorflow:24.02-tf2-py3
 FROM ${BASE_IMAGE}
 

@@ -21,35 +21,35 @@ Writes benchmarks/results/data_check.json and benchmarks/results/data_check.md.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import statistics
 import sys
-import time
+from functools import partial
+from typing import Callable, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.loader import ensure_dataset, machine, mapping_files, raw_read_window  # noqa: E402
-from benchmarks.machine import write_table  # noqa: E402
+from benchmarks.loader import ensure_dataset, mapping_files, raw_read_window  # noqa: E402
+from benchmarks.machine import (  # noqa: E402
+    alternate_windows,
+    command_line,
+    machine_facts,
+    medians,
+    ratios,
+    repeat_for,
+    run_facts,
+    utc_now,
+    write_json,
+    write_table,
+)
 from dlrm.data.binary import MappedFiles  # noqa: E402
 from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
 from dlrm.data.validate import check_mappings  # noqa: E402
 
-
-def passes(one_pass, seconds: float) -> tuple[int, float]:
-    """Run `one_pass()` until `seconds` pass (at least once); returns (passes, seconds)."""
-    count, started = 0, time.perf_counter()
-    while True:
-        one_pass()
-        count += 1
-        elapsed = time.perf_counter() - started
-        if elapsed >= seconds:
-            return count, elapsed
+REFERENCE = "raw_1_stream"
 
 
-def main(argv=None) -> int:
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=None, help="dataset directory (default: data/bench_check_<preset>)")
     parser.add_argument("--preset", default="t15")
@@ -57,12 +57,11 @@ def main(argv=None) -> int:
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--window_seconds", type=float, default=5.0)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    directory = args.data or os.path.join(ROOT, "data", f"bench_check_{args.preset}")
-    spec = ensure_dataset(directory, args.preset, args.rows)
-    paths = mapping_files(spec, "train")
-    file_bytes = sum(os.path.getsize(p) for p in paths)
+
+def variants(directory: str, spec: FeatureSpec, paths: list[str]) -> dict[str, Callable[[], object]]:
+    """Name -> one whole pass over the train mapping (the raw read first: the ratios' reference)."""
     kept = MappedFiles(spec, "train")
 
     def check(threads: int) -> None:
@@ -71,55 +70,77 @@ def main(argv=None) -> int:
     def raw(streams: int) -> None:
         raw_read_window(paths, 0.0, streams)  # one whole pass
 
-    runs = {
-        "raw_1_stream": lambda: raw(1),
+    return {
+        REFERENCE: lambda: raw(1),
         "raw_2_streams": lambda: raw(2),
         "check_1_thread": lambda: check(1),
         "check_2_threads": lambda: check(2),
         "check_2_threads_mappings_kept": lambda: kept.check_rows(0, kept.num_rows, 2),
     }
-    for run in runs.values():  # warm-up: page cache, numba compilation
+
+
+def measure(runs: dict[str, Callable[[], object]], windows: int, window_seconds: float
+            ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """After a warm-up pass of each (page cache, numba compilation), alternating windows of whole
+    passes; returns per variant the seconds per pass and the load average of each window."""
+    for run in runs.values():
         run()
-    seconds_per_pass = {name: [] for name in runs}
-    load = {name: [] for name in runs}
-    for _ in range(args.windows):
-        for name, run in runs.items():
-            load[name].append(os.getloadavg()[0])
-            count, elapsed = passes(run, args.window_seconds)
-            seconds_per_pass[name].append(elapsed / count)
-    median = {name: statistics.median(v) for name, v in seconds_per_pass.items()}
-    ratios = {name: [raw_s / s for raw_s, s in zip(seconds_per_pass["raw_1_stream"], v)]
-              for name, v in seconds_per_pass.items()}
-    result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python benchmarks/data_check.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine(),
+    timed = alternate_windows({name: partial(repeat_for, window_seconds, run) for name, run in runs.items()},
+                              windows)
+    seconds_per_pass = {name: [w.value[1] / w.value[0] for w in ws] for name, ws in timed.items()}
+    load = {name: [w.load_average for w in ws] for name, ws in timed.items()}
+    return seconds_per_pass, load
+
+
+def report(args: argparse.Namespace, argv: Optional[list[str]], file_bytes: int,
+           seconds_per_pass: dict[str, list[float]], load: dict[str, list[float]]) -> dict:
+    """The JSON report: per-window figures, their medians, and speed ratios to the raw read."""
+    median = medians(seconds_per_pass)
+    speed_ratios = {name: ratios(seconds_per_pass[REFERENCE], v) for name, v in seconds_per_pass.items()}
+    return {
+        "date": utc_now(),
+        "command": command_line("benchmarks/data_check.py", argv),
+        "machine": machine_facts(),
         "dataset": {"preset": args.preset, "rows": args.rows, "record_bytes": file_bytes // args.rows,
                     "file_bytes": file_bytes},
         "windows": args.windows, "window_seconds": args.window_seconds,
         "seconds_per_pass": seconds_per_pass, "median_seconds_per_pass": median,
         "median_gb_per_second": {name: file_bytes / s / 1e9 for name, s in median.items()},
         "median_rows_per_second": {name: args.rows / s for name, s in median.items()},
-        "speed_ratio_to_raw_1_stream_per_window": ratios,
-        "median_speed_ratio_to_raw_1_stream": {name: statistics.median(r) for name, r in ratios.items()},
+        "speed_ratio_to_raw_1_stream_per_window": speed_ratios,
+        "median_speed_ratio_to_raw_1_stream": medians(speed_ratios),
         "load_average_1min_per_window": load,
     }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "data_check.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    table = [f"Data check benchmark ({result['date']}, {result['machine'].get('cpu', '?')}, "
-             f"{result['machine']['cpus']} cores, flags {' '.join(result['machine']['flags'])}; preset {args.preset}, "
-             f"{args.rows:,} rows x {file_bytes // args.rows} B = {file_bytes / 1e9:.2f} GB, page cache warm; "
-             f"median of {args.windows} alternating {args.window_seconds:g}-s windows)",
+
+
+def table(result: dict) -> list[str]:
+    """The markdown table of `report`'s result, one row per variant."""
+    data = result["dataset"]
+    rows, file_bytes = data["rows"], data["file_bytes"]
+    lines = [f"Data check benchmark ({run_facts(result['date'], result['machine'])}; preset {data['preset']}, "
+             f"{rows:,} rows x {file_bytes // rows} B = {file_bytes / 1e9:.2f} GB, page cache warm; "
+             f"median of {result['windows']} alternating {result['window_seconds']:g}-s windows)",
              "", "| variant | seconds per pass | GB/s | rows/s | speed ratio to raw 1 stream | "
              "per-window ratios | load avg (1 min) per window |", "|---|---:|---:|---:|---:|---|---|"]
-    for name in runs:
-        table.append(f"| {name.replace('_', ' ')} | {median[name]:.3f} | {file_bytes / median[name] / 1e9:.2f} | "
-                     f"{args.rows / median[name] / 1e6:,.0f} M | "
-                     f"{result['median_speed_ratio_to_raw_1_stream'][name]:.2f} | "
-                     f"{', '.join(f'{r:.2f}' for r in ratios[name])} | {', '.join(f'{v:.1f}' for v in load[name])} |")
-    table += ["", f"Command: `{result['command'].strip()}`"]
-    write_table(os.path.join(args.out, "data_check.md"), table)
+    for name, seconds in result["median_seconds_per_pass"].items():
+        per_window = result["speed_ratio_to_raw_1_stream_per_window"][name]
+        load = result["load_average_1min_per_window"][name]
+        lines.append(f"| {name.replace('_', ' ')} | {seconds:.3f} | {file_bytes / seconds / 1e9:.2f} | "
+                     f"{rows / seconds / 1e6:,.0f} M | {result['median_speed_ratio_to_raw_1_stream'][name]:.2f} | "
+                     f"{', '.join(f'{r:.2f}' for r in per_window)} | {', '.join(f'{v:.1f}' for v in load)} |")
+    return lines + ["", f"Command: `{result['command'].strip()}`"]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    directory = args.data or os.path.join(ROOT, "data", f"bench_check_{args.preset}")
+    spec = ensure_dataset(directory, args.preset, args.rows)
+    paths = mapping_files(spec, "train")
+    file_bytes = sum(os.path.getsize(p) for p in paths)
+    seconds_per_pass, load = measure(variants(directory, spec, paths), args.windows, args.window_seconds)
+    result = report(args, argv, file_bytes, seconds_per_pass, load)
+    write_json(os.path.join(args.out, "data_check.json"), result, indent=1)
+    write_table(os.path.join(args.out, "data_check.md"), table(result))
     return 0
 
 

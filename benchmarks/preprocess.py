@@ -15,7 +15,6 @@ Writes benchmarks/results/preprocess.json and benchmarks/results/preprocess.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -25,15 +24,26 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
+from typing import Optional
 
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from criteo_raw import write_raw_days  # noqa: E402
+from benchmarks.machine import (  # noqa: E402
+    alternate_windows,
+    command_line,
+    cpu_model,
+    machine_facts,
+    run_facts,
+    utc_now,
+    write_json,
+    write_table,
+)
+from tests.support.criteo_raw import write_raw_days  # noqa: E402
 
 CRITEO_ROWS = 4_373_472_329
 # Criteo-shaped: a few large vocabularies, many small ones (26 features).
@@ -85,7 +95,7 @@ def compare_outputs(spark_dir: Path, base_dir: Path) -> dict:
             "eval_splits_byte_identical": same_files, "rows": a.metadata["num_rows"]}
 
 
-def main() -> None:
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--repeats", type=int, default=2, help="alternating runs of each")
@@ -95,75 +105,89 @@ def main() -> None:
     p.add_argument("--workdir", default="/tmp/dlrm_preprocess_bench")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--timeout", type=float, default=1800)
-    a = p.parse_args()
+    return p.parse_args(argv)
 
-    work = Path(a.workdir)
-    raw = work / f"raw_{a.rows}"
-    days = [0, 1, 2]
-    per_day = [int(a.rows * 0.4), int(a.rows * 0.4), a.rows - 2 * int(a.rows * 0.4)]
+
+def raw_days(work: Path, rows: int) -> Path:
+    """The raw days (generated once per row count): 40% / 40% / 20% of `rows`."""
+    raw = work / f"raw_{rows}"
+    per_day = [int(rows * 0.4), int(rows * 0.4), rows - 2 * int(rows * 0.4)]
     if not (raw / "day_2").exists():
         t = time.perf_counter()
-        write_raw_days(raw, days, per_day, seed=1, malformed_per_day=40, vocabulary_sizes=VOCABULARY_SIZES)
-        print(f"generated {a.rows} rows in {time.perf_counter() - t:.0f} s", flush=True)
-    raw_bytes = sum(f.stat().st_size for f in raw.iterdir())
+        write_raw_days(raw, [0, 1, 2], per_day, seed=1, malformed_per_day=40, vocabulary_sizes=VOCABULARY_SIZES)
+        print(f"generated {rows} rows in {time.perf_counter() - t:.0f} s", flush=True)
+    return raw
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # start_session sets PYSPARK_PYTHON and SPARK_LOCAL_IP
-    spark_cmd = [sys.executable, "-m", "preproc_spark3", str(raw), str(work / "out_spark"),
-                 "--frequency_threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2",
-                 "--master", f"local[{a.cores}]", "--driver_memory", a.driver_memory,
-                 "--shuffle_partitions", str(8 * a.cores), "--max_malformed_fraction", "0.01"]
-    base_cmd = [sys.executable, str(ROOT / "benchmarks" / "preprocess_baseline.py"), str(raw),
+
+def commands(a: argparse.Namespace, raw: Path, work: Path) -> dict[str, list[str]]:
+    """Pipeline name -> its command line, writing to work/out_spark and work/out_base."""
+    spark = [sys.executable, "-m", "preproc_spark3", str(raw), str(work / "out_spark"),
+             "--frequency_threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2",
+             "--master", f"local[{a.cores}]", "--driver_memory", a.driver_memory,
+             "--shuffle_partitions", str(8 * a.cores), "--max_malformed_fraction", "0.01"]
+    baseline = [sys.executable, str(ROOT / "benchmarks" / "preprocess_baseline.py"), str(raw),
                 str(work / "out_base"), "--threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2"]
-    runs = {"spark": [], "baseline": []}
-    for r in range(a.repeats):
-        for name, cmd in (("spark", spark_cmd), ("baseline", base_cmd)):
-            shutil.rmtree(work / f"out_{'spark' if name == 'spark' else 'base'}", ignore_errors=True)
-            m = measure(cmd, env, a.timeout)
-            entry = {"seconds": round(m["seconds"], 2), "peak_rss_gib": round(m["peak_rss_bytes"] / 2**30, 3)}
-            if name == "spark":
-                report = json.loads((work / "out_spark" / "preprocess_report.json").read_text())
-                entry["stage_seconds"] = report["stage_seconds"]
-            runs[name].append(entry)
-            print(f"run {r} {name}: {entry}", flush=True)
+    return {"spark": spark, "baseline": baseline}
 
-    check = compare_outputs(work / "out_spark", work / "out_base")
+
+def run_pipeline(name: str, cmd: list[str], work: Path, timeout: float) -> dict:
+    """One run from an empty output directory: seconds, peak RSS, and Spark's own stage times."""
+    shutil.rmtree(work / f"out_{'spark' if name == 'spark' else 'base'}", ignore_errors=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # start_session sets PYSPARK_PYTHON and SPARK_LOCAL_IP
+    m = measure(cmd, env, timeout)
+    entry = {"seconds": round(m["seconds"], 2), "peak_rss_gib": round(m["peak_rss_bytes"] / 2**30, 3)}
+    if name == "spark":
+        report = json.loads((work / "out_spark" / "preprocess_report.json").read_text())
+        entry["stage_seconds"] = report["stage_seconds"]
+    return entry
+
+
+def measure_pipelines(a: argparse.Namespace, raw: Path, work: Path) -> dict[str, list[dict]]:
+    """Spark and the baseline in alternation, `a.repeats` runs each; name -> run entries."""
+    runs = {name: partial(run_pipeline, name, cmd, work, a.timeout) for name, cmd in commands(a, raw, work).items()}
+
+    def progress(round_index: int, windows: dict) -> None:
+        for name, done in windows.items():
+            print(f"run {round_index} {name}: {done[-1].value}", flush=True)
+
+    windows = alternate_windows(runs, a.repeats, after_round=progress)
+    return {name: [w.value for w in done] for name, done in windows.items()}
+
+
+def summarise(a: argparse.Namespace, argv: Optional[list[str]], raw_bytes: int, runs: dict[str, list[dict]],
+              check: dict) -> dict:
+    """The JSON report: medians, speeds, peak memory, and the extrapolation to the full dataset."""
     med = {k: statistics.median(e["seconds"] for e in v) for k, v in runs.items()}
     med_stages = statistics.median(sum(e["stage_seconds"].values()) for e in runs["spark"])
-    peak = {k: max(e["peak_rss_gib"] for e in v) for k, v in runs.items()}
     rate = {k: a.rows / s for k, s in med.items()}
     per_core = a.rows / med_stages / a.cores  # JVM start excluded: it does not grow with the data
-    extrapolation = {str(n): round(CRITEO_ROWS / (per_core * n) / 3600, 2) for n in (2, 16, 64, 128, 512)}
-    result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": _cpu_name()},
-        "command": "python benchmarks/preprocess.py " + " ".join(sys.argv[1:]),
+    return {
+        "date": utc_now(),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": cpu_model()},
+        "command": command_line("benchmarks/preprocess.py", argv),
         "rows": a.rows, "raw_bytes": raw_bytes, "threshold": a.threshold, "spark_master": f"local[{a.cores}]",
         "runs": runs, "median_seconds": med, "rows_per_second": rate,
         "spark_over_baseline_speed": rate["spark"] / rate["baseline"],
         "spark_stage_seconds_median": med_stages, "spark_rows_per_second_per_core_excluding_jvm_start": per_core,
-        "peak_rss_gib": peak, "outputs_agree": check,
-        "extrapolated_hours_4_37B_rows_by_cores": extrapolation,
+        "peak_rss_gib": {k: max(e["peak_rss_gib"] for e in v) for k, v in runs.items()}, "outputs_agree": check,
+        "extrapolated_hours_4_37B_rows_by_cores": {str(n): round(CRITEO_ROWS / (per_core * n) / 3600, 2)
+                                                   for n in (2, 16, 64, 128, 512)},
     }
-    results = Path(a.results)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "preprocess.json").write_text(json.dumps(result, indent=2))
-    (results / "preprocess.md").write_text(_table(result))
-    print(_table(result))
 
 
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+def main(argv: Optional[list[str]] = None) -> None:
+    a = parse_args(argv)
+    work = Path(a.workdir)
+    raw = raw_days(work, a.rows)
+    raw_bytes = sum(f.stat().st_size for f in raw.iterdir())
+    runs = measure_pipelines(a, raw, work)
+    result = summarise(a, argv, raw_bytes, runs, compare_outputs(work / "out_spark", work / "out_base"))
+    write_json(str(Path(a.results) / "preprocess.json"), result, indent=2)
+    write_table(str(Path(a.results) / "preprocess.md"), _table(result, machine_facts()))
 
 
-def _table(r: dict) -> str:
-    lines = [f"Preprocessing benchmark ({r['date']}, {r['machine']['cpus']} cores, {r['machine']['processor']}); "
-             f"`{r['command']}`", "",
+def _table(r: dict, facts: dict) -> list[str]:
+    lines = [f"Preprocessing benchmark ({run_facts(r['date'], facts)}); `{r['command']}`", "",
              f"{r['rows']:,} raw rows ({r['raw_bytes'] / 2**20:.0f} MiB), threshold {r['threshold']}, "
              f"median of {len(r['runs']['spark'])} alternating runs each; outputs agree: "
              f"{all(v for k, v in r['outputs_agree'].items() if k != 'rows')}", "",
@@ -178,8 +202,7 @@ def _table(r: dict) -> str:
               "Linear extrapolation of the Spark stages to 4.37B rows (assumes per-core throughput holds; the "
               "global sort and the large-dictionary joins scale worse, so read these as lower bounds):", "",
               "| cores | hours |", "|---|---|"]
-    lines += [f"| {n} | {h} |" for n, h in r["extrapolated_hours_4_37B_rows_by_cores"].items()]
-    return "\n".join(lines) + "\n"
+    return lines + [f"| {n} | {h} |" for n, h in r["extrapolated_hours_4_37B_rows_by_cores"].items()]
 
 
 if __name__ == "__main__":

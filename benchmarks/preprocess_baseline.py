@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -100,7 +101,7 @@ def apply(values: np.ndarray, uniq: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return np.where(uniq[pos] == values, ids[pos], 0).astype(np.int32)
 
 
-def main(argv=None) -> None:
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("raw_dir")
     p.add_argument("out_dir")
@@ -109,7 +110,31 @@ def main(argv=None) -> None:
     p.add_argument("--eval_day", type=int, default=23)
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--chunk_rows", type=int, default=262_144)
-    a = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def stacked(parts: list[dict], order: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(label, ints, cats) of several parsed days, one after the other, rows in `order` if given."""
+    label = np.concatenate([p["label"] for p in parts])
+    ints = np.concatenate([p["ints"] for p in parts])
+    cats = np.concatenate([p["cats"] for p in parts])
+    if order is not None:
+        label, ints, cats = label[order], ints[order], cats[order]
+    return label, ints, cats
+
+
+def write_split(writer: SplitBinaryWriter, arrays: tuple, maps: list, chunk_rows: int) -> int:
+    """Transform and write one split's rows chunk by chunk; returns its row count."""
+    label, ints, cats = arrays
+    for s in range(0, len(label), chunk_rows):
+        e = s + chunk_rows
+        numerical = np.log(np.maximum(ints[s:e], 0).astype(np.float64) + 1.0).astype(np.float32)
+        writer.write(label[s:e], numerical, [apply(cats[s:e, f], *maps[f]) for f in range(NUM_CATEGORICAL)])
+    return len(label)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    a = parse_args(argv)
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train_days = parse_days(a.train_days)
@@ -119,31 +144,18 @@ def main(argv=None) -> None:
     maps = [dictionary(train_cats[:, f], a.threshold) for f in range(NUM_CATEGORICAL)]
     cards = [len(u) + 1 for u, _ in maps]
     spec = FeatureSpec.criteo_like(cards, mappings=("train", "test", "validation"), base_directory=str(out))
-
-    def arrays(parts, order=None):
-        label = np.concatenate([p["label"] for p in parts])
-        ints = np.concatenate([p["ints"] for p in parts])
-        cats = np.concatenate([p["cats"] for p in parts])
-        if order is not None:
-            label, ints, cats = label[order], ints[order], cats[order]
-        return label, ints, cats
-
     n_train = len(train_cats)
     del train_cats
     ev = days[a.eval_day]
     first_half = ev["line"] <= first_half_lines(ev["lines_in_file"])
-    eval_arrays = arrays([ev])
-    splits = {"train": arrays([days[d] for d in train_days], np.random.default_rng(a.seed).permutation(n_train)),
+    eval_arrays = stacked([ev])
+    splits = {"train": stacked([days[d] for d in train_days], np.random.default_rng(a.seed).permutation(n_train)),
               "test": tuple(x[first_half] for x in eval_arrays),
               "validation": tuple(x[~first_half] for x in eval_arrays)}
     rows = {}
-    for name, (label, ints, cats) in splits.items():
+    for name, arrays in splits.items():
         with SplitBinaryWriter(str(out), spec, name) as writer:
-            for s in range(0, len(label), a.chunk_rows):
-                e = s + a.chunk_rows
-                numerical = np.log(np.maximum(ints[s:e], 0).astype(np.float64) + 1.0).astype(np.float32)
-                writer.write(label[s:e], numerical, [apply(cats[s:e, f], *maps[f]) for f in range(NUM_CATEGORICAL)])
-        rows[name] = len(label)
+            rows[name] = write_split(writer, arrays, maps, a.chunk_rows)
     spec.metadata["num_rows"] = rows
     spec.save(str(out))
     print(json.dumps({"rows": rows, "cardinalities": cards,

@@ -33,15 +33,14 @@ best window and the headline ratios use those: the strongest baseline, as a fair
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import math
 import os
 import platform
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List
+from functools import partial
+from typing import Callable, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -49,7 +48,18 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.machine import cpu_flags  # noqa: E402
+from benchmarks.machine import (  # noqa: E402
+    Window,
+    alternate_windows,
+    command_line,
+    cpu_flags,
+    machine_facts,
+    medians,
+    run_facts,
+    utc_now,
+    write_json,
+    write_table,
+)
 from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
 from dlrm.dist import single_process  # noqa: E402
@@ -217,9 +227,9 @@ def ratios_for(median: Dict[str, float], candidates: List[Candidate]) -> dict:
 
 
 def summarise(candidates: List[Candidate], args, started: str, load_before, command: str) -> dict:
-    wall = {c.name: float(np.median(c.samples_per_sec)) for c in candidates}
-    cpu = {c.name: float(np.median(c.extra["samples_per_cpu_second"])) for c in candidates}
-    best_window = {c.name: float(np.max(c.samples_per_sec)) for c in candidates}
+    wall = medians({c.name: c.samples_per_sec for c in candidates})
+    cpu = medians({c.name: c.extra["samples_per_cpu_second"] for c in candidates})
+    best_window = {c.name: max(c.samples_per_sec) for c in candidates}
     return {
         "benchmark": "train_throughput",
         "date_utc": started,
@@ -254,7 +264,8 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
     }
 
 
-def markdown(result: dict) -> str:
+def markdown(result: dict, facts: dict) -> list[str]:
+    """The markdown table of `summarise`'s result (`facts`: the machine, as `machine_facts()` gives it)."""
     by_name = {c["name"]: c for c in result["candidates"]}
     best = result["ratios_best_window"]["best"]
     keras_best = by_name[best["keras_fp32"]]["best_window_samples_per_sec"]
@@ -263,7 +274,7 @@ def markdown(result: dict) -> str:
     ceiling = by_name["ceiling_gemm_float32"]
     lines = [
         f"Training-step throughput, DLRM reference dims, batch {result['settings']['batch_size']}, "
-        f"{result['date_utc']}, {result['machine']['cpus']} cores ({', '.join(result['machine']['cpu_flags'])}), "
+        f"{run_facts(result['date_utc'], facts)}, "
         f"{result['settings']['intra_op_threads']} intra-op threads, load average "
         f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f} "
         f"(shared machine). {result['settings']['rounds']} alternating windows per candidate: best window "
@@ -281,14 +292,14 @@ def markdown(result: dict) -> str:
                      f"| {w:,.0f} ({ratio(w, keras_wall):.2f}x) | {p:,.0f} ({ratio(p, keras_cpu):.2f}x) | {cores} |")
     for key in ("ratios_best_window", "ratios_wall", "ratios_cpu_time"):
         lines += ["", f"{key}: " + ", ".join(f"{k} = {v}" for k, v in result[key].items() if k != "best")]
-    lines += ["", "GEMM GFLOP/s (wall): " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_wall"].items())
-              + "; per CPU-second: " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_per_cpu_second"].items())
-              + f". Ceiling = GEMM FLOP/s / {MFLOP_PER_SAMPLE} MFLOP per sample.", "",
-              f"Command: `{result['command']}`", ""]
-    return "\n".join(lines)
+    return lines + [
+        "", "GEMM GFLOP/s (wall): " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_wall"].items())
+        + "; per CPU-second: " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_per_cpu_second"].items())
+        + f". Ceiling = GEMM FLOP/s / {MFLOP_PER_SAMPLE} MFLOP per sample.", "",
+        f"Command: `{result['command']}`"]
 
 
-def main(argv=None) -> dict:
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch_size", type=int, default=8192,
                         help="per-step batch (8192 = the reference 65536 global batch per device on 8 devices)")
@@ -299,57 +310,73 @@ def main(argv=None) -> dict:
     parser.add_argument("--learning_rate", type=float, default=0.01, help="constant lr, same for every candidate")
     parser.add_argument("--skip", nargs="*", default=[], help="candidate names to leave out")
     parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "train_throughput.json"))
-    args = parser.parse_args(argv)
-    command = " ".join(["python benchmarks/train_throughput.py"] + list(argv if argv is not None else sys.argv[1:]))
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    load_before = list(os.getloadavg())
+    return parser.parse_args(argv)
 
-    configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
-    config = Config()  # reference dims: 128, 512-256-128, 1024-1024-512-256-1
-    config.optimizer = OptimizerConfig(optimizer="sgd", learning_rate=args.learning_rate, warmup_steps=0,
+
+def reference_config(learning_rate: float) -> Config:
+    """Reference dims (128, 512-256-128, 1024-1024-512-256-1), plain SGD at a constant learning rate."""
+    config = Config()
+    config.optimizer = OptimizerConfig(optimizer="sgd", learning_rate=learning_rate, warmup_steps=0,
                                        decay_start_step=0, decay_steps=0)
-    table_sizes = [min(n, args.max_rows) for n in preset_cardinalities("t15")]
-    args.table_sizes = table_sizes
-    batches = make_batches(table_sizes, args.batch_size, count=4)
+    return config
 
-    print(f"building tables: {sum(table_sizes):,} rows x {config.model.embedding_dim}", flush=True)
-    embeddings = LocalEmbedding(table_sizes, config.model.embedding_dim, seed=0)  # shared by our variants
+
+def build_candidates(config: Config, args: argparse.Namespace) -> List[Candidate]:
+    """Our four step variants, the Keras baselines and the GEMM ceilings, minus `--skip`."""
+    batches = make_batches(args.table_sizes, args.batch_size, count=4)
+    print(f"building tables: {sum(args.table_sizes):,} rows x {config.model.embedding_dim}", flush=True)
+    embeddings = LocalEmbedding(args.table_sizes, config.model.embedding_dim, seed=0)  # shared by our variants
     candidates = [ours(config, embeddings, batches, amp, xla)
                   for amp, xla in ((False, False), (False, True), (True, False), (True, True))]
-    keras_fp32 = keras(config, table_sizes, batches, jit_compile=False, policy="float32")
+    keras_fp32 = keras(config, args.table_sizes, batches, jit_compile=False, policy="float32")
     # A second Model object over the same layers (shared weights, no second copy of the tables),
     # compiled with XLA: each compile keeps its own train function.
     shared = keras_fp32.extra["model"]
-    keras_fp32_jit = keras(config, table_sizes, batches, jit_compile=True, policy="float32",
+    keras_fp32_jit = keras(config, args.table_sizes, batches, jit_compile=True, policy="float32",
                            model=tf.keras.Model(shared.inputs, shared.outputs))
     candidates += [keras_fp32, keras_fp32_jit,
-                   keras(config, table_sizes, batches, jit_compile=False, policy="mixed_bfloat16"),
+                   keras(config, args.table_sizes, batches, jit_compile=False, policy="mixed_bfloat16"),
                    gemm(args.batch_size, tf.float32), gemm(args.batch_size, tf.bfloat16)]
-    candidates = [c for c in candidates if c.name not in args.skip]
+    return [c for c in candidates if c.name not in args.skip]
 
+
+def record(candidate: Candidate, window: Window[int]) -> None:
+    """Add one window's samples/s, samples per CPU-second and cores busy to the candidate."""
+    cpu = max(window.cpu_seconds, 1e-9)
+    candidate.samples_per_sec.append(window.value / window.wall_seconds)
+    candidate.extra.setdefault("samples_per_cpu_second", []).append(window.value / cpu)
+    candidate.extra.setdefault("cores_busy", []).append(cpu / window.wall_seconds)
+
+
+def measure(candidates: List[Candidate], window_seconds: float, rounds: int) -> None:
+    """Calibrate each candidate, then `rounds` rounds of one window each, start rotated every round."""
     print("warm-up and calibration:", flush=True)
     for candidate in candidates:
-        calibrate(candidate, args.window_seconds)
-    for round_index in range(args.rounds):
-        order = candidates[round_index % len(candidates):] + candidates[:round_index % len(candidates)]
-        for candidate in order:
-            start, cpu_start = time.perf_counter(), time.process_time()
-            samples = candidate.run(candidate.steps_per_window)
-            wall, cpu = time.perf_counter() - start, max(time.process_time() - cpu_start, 1e-9)
-            candidate.samples_per_sec.append(samples / wall)
-            candidate.extra.setdefault("samples_per_cpu_second", []).append(samples / cpu)
-            candidate.extra.setdefault("cores_busy", []).append(cpu / wall)
-        print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
+        calibrate(candidate, window_seconds)
+
+    def after_round(round_index: int, windows: Dict[str, List[Window[int]]]) -> None:
+        for candidate in candidates:
+            record(candidate, windows[candidate.name][-1])
+        print(f"round {round_index + 1}/{rounds}: " + ", ".join(
             f"{c.name} {c.samples_per_sec[-1]:,.0f}" for c in candidates), flush=True)
 
+    alternate_windows({c.name: partial(c.run, c.steps_per_window) for c in candidates}, rounds, rotate=True,
+                      after_round=after_round)
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    args = parse_args(argv)
+    command = command_line("benchmarks/train_throughput.py", argv)
+    started = utc_now(minutes=True)
+    load_before = list(os.getloadavg())
+    configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
+    config = reference_config(args.learning_rate)
+    args.table_sizes = [min(n, args.max_rows) for n in preset_cardinalities("t15")]
+    candidates = build_candidates(config, args)
+    measure(candidates, args.window_seconds, args.rounds)
     result = summarise(candidates, args, started, load_before, command)
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=2)
-    table = markdown(result)
-    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
-        f.write(table)
-    print(table)
+    write_json(args.output, result, indent=2)
+    write_table(os.path.splitext(args.output)[0] + ".md", markdown(result, machine_facts()))
     return result
 
 

@@ -12,7 +12,7 @@ the flags the user actually typed; that is how the demo preset and the reference
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from dlrm.argtypes import (
     DEBUG_HELP,
@@ -27,7 +27,8 @@ from dlrm.argtypes import (
 )
 from dlrm.config import ARCHS, Config
 from dlrm.data.criteo import PRESET_NAMES
-from dlrm.embedding.planner import OPTIMIZER_SLOTS, STRATEGIES, byte_size, positive_byte_size
+from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
+from dlrm.embedding.planner import STRATEGIES, byte_size, positive_byte_size
 
 # The embedded demo (no --dataset_path): the tiny synthetic preset, a smaller model and batch, and an
 # optimizer that converges in one short epoch on 2 CPU cores. Measured in docs/training.md.
@@ -58,10 +59,11 @@ def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
          type: Optional[Callable] = None, choices=None, action: Optional[str] = None) -> None:
     dest = flag.lstrip("-")
     defaults = Config()
-    shown = [getattr(getattr(defaults, section), name) for section, name in targets][0]
-    demo = DEMO_PRESET.get((targets[0][0], targets[0][1]))
+    section, name = targets[0]
+    shown = getattr(getattr(defaults, section), name)
+    demo = DEMO_PRESET.get((section, name))
     suffix = f" (default: {show_default(shown)}" + (f"; demo: {show_default(demo)})" if demo is not None else ")")
-    kwargs: Dict[str, Any] = {"dest": dest, "help": help + suffix}
+    kwargs: dict[str, object] = {"dest": dest, "help": help + suffix}
     if action:
         kwargs["action"] = action
     else:
@@ -80,7 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,
     )
     _FLAG_FIELDS.clear()
+    for add_flags in (_data_flags, _model_flags, _optimizer_flags, _placement_flags, _run_flags):
+        add_flags(parser)
+    return parser
 
+
+def _data_flags(parser: argparse.ArgumentParser) -> None:
     data = parser.add_argument_group("data")
     _add(data, "--dataset_path", [("data", "dataset_dir")], "split-binary dataset directory (feature_spec.yaml)")
     _add(data, "--synthetic_dir", [("data", "synthetic_dir")], "where the embedded synthetic dataset lives")
@@ -106,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
          "skip the start-up check of every id, numerical and label (for data validated already)",
          action="store_true")
 
+
+def _model_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",
          choices=ARCHS)
@@ -117,9 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add(model, "--dcn_low_rank_dim", [("model", "cross_projection_dim")], "DCNv2 low-rank projection size",
          type=positive_int)
 
+
+def _optimizer_flags(parser: argparse.ArgumentParser) -> None:
     optim = parser.add_argument_group("optimizer and learning-rate schedule")
     _add(optim, "--optimizer", [("optimizer", "optimizer")], "optimizer (embeddings updated sparsely)",
-         choices=list(OPTIMIZER_SLOTS))
+         choices=list(OPTIMIZER_NAMES))
     _add(optim, "--learning_rate", [("optimizer", "learning_rate")], "peak learning rate", type=positive_number)
     _add(optim, "--warmup_steps", [("optimizer", "warmup_steps")], "linear warmup steps", type=count)
     _add(optim, "--decay_start_step", [("optimizer", "decay_start_step")], "first step of the polynomial decay",
@@ -130,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(optim, "--end_learning_rate", [("optimizer", "end_learning_rate")], "learning rate after the decay",
          type=non_negative_number)
 
+
+def _placement_flags(parser: argparse.ArgumentParser) -> None:
     shard = parser.add_argument_group("embedding placement and memory")
     _add(shard, "--sharding_strategy", [("sharding", "strategy")], "table placement strategy",
          choices=STRATEGIES)
@@ -141,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(shard, "--replicate_threshold", [("sharding", "replicate_threshold_bytes")],
          "tables up to this size are replicated on every rank, e.g. 1MiB", type=byte_size)
 
+
+def _run_flags(parser: argparse.ArgumentParser) -> None:
     train = parser.add_argument_group("training run")
     _add(train, "--mode", [("train", "mode")], "what to run", choices=["train", "eval", "inference_benchmark"])
     _add(train, "--max_steps", [("train", "max_steps")], "stop after this many global steps", type=positive_int)
@@ -173,7 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add(train, "--benchmark_steps", [("train", "benchmark_steps")], "inference_benchmark: timed batches",
          type=positive_int)
     _add(train, "--debug", [("train", "debug")], DEBUG_HELP, action="store_true")
-    return parser
 
 
 def _set(config: Config, section: str, name: str, value) -> None:

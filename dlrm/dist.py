@@ -115,7 +115,7 @@ def start() -> "ProcessGroup":
         raise RuntimeError(
             f"launcher ({announced.source}) started {announced.size} tasks but Horovod sees a world of "
             f"{hvd.size()}: the MPI plugin does not match the cluster's MPI (use `srun --mpi=pmix`, "
-            f"or `mpirun` inside the allocation); see README 'Running on a cluster'"
+            f"or `mpirun` inside the allocation); see docs/cluster.md, 'How ranks start'"
         )
     return ProcessGroup(hvd, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), announced)
 

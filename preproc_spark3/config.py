@@ -95,8 +95,12 @@ class PreprocConfig:
 
 def check_gpu_settings(settings: SparkSettings) -> None:
     """GPU mode needs the RAPIDS Accelerator jar; stop before starting Spark if it is missing."""
-    if not settings.gpu:
-        return
+    if settings.gpu:
+        rapids_jar(settings)
+
+
+def rapids_jar(settings: SparkSettings) -> str:
+    """The RAPIDS Accelerator jar GPU mode runs with; an error naming the flag if it is missing."""
     jar = settings.rapids_jar
     if not jar:
         raise PreprocessError(
@@ -105,6 +109,7 @@ def check_gpu_settings(settings: SparkSettings) -> None:
             f"--rapids_jar /path/to/it or set {RAPIDS_JAR_ENV}=/path/to/it")
     if not os.path.isfile(jar):
         raise PreprocessError(f"RAPIDS Accelerator jar not found: {jar} (from --rapids_jar / {RAPIDS_JAR_ENV})")
+    return jar
 
 
 def parse_thresholds(text: str) -> tuple[int, ...]:

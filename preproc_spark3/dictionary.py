@@ -22,7 +22,8 @@ def build_dictionary(rows, thresholds: tuple[int, ...]):
     threshold = F.element_at(F.array(*[F.lit(int(t)) for t in thresholds]), F.col("feature") + 1)
     kept = counts.filter(F.col("count") >= threshold)
     order = Window.partitionBy("feature").orderBy(F.col("count").desc(), F.col("value").asc())
-    return kept.select(F.col("feature").cast("int"), "value", "count", F.row_number().over(order).cast("int").alias("id"))
+    ids = F.row_number().over(order).cast("int").alias("id")
+    return kept.select(F.col("feature").cast("int"), "value", "count", ids)
 
 
 def cardinalities(dictionary) -> list[int]:

@@ -5,7 +5,7 @@ import os
 import sys
 from pathlib import Path
 
-from preproc_spark3.config import SparkSettings, check_gpu_settings
+from preproc_spark3.config import SparkSettings, rapids_jar
 
 DEFAULT_DISCOVERY_SCRIPT = Path(__file__).with_name("get_gpus_resources.sh")
 
@@ -30,10 +30,9 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
     if settings.local_dir:
         conf["spark.local.dir"] = settings.local_dir
     if settings.gpu:
-        check_gpu_settings(settings)
         script = settings.gpu_discovery_script or str(DEFAULT_DISCOVERY_SCRIPT)
         conf.update({
-            "spark.jars": settings.rapids_jar,
+            "spark.jars": rapids_jar(settings),
             "spark.plugins": "com.nvidia.spark.SQLPlugin",
             "spark.rapids.sql.enabled": "true",
             "spark.rapids.sql.concurrentGpuTasks": str(settings.concurrent_gpu_tasks),

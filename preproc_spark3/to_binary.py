@@ -24,8 +24,9 @@ def part_files(split_dir: Path) -> list[Path]:
     """Spark's part files of one split, in the order of the rows they hold (by part number)."""
     if not split_dir.is_dir():
         return []  # Spark writes no directory for a split without rows
-    files = [p for p in split_dir.iterdir() if p.name.startswith("part-") and p.name.endswith(".parquet")]
-    return sorted(files, key=lambda p: (int(_PART_NUMBER.match(p.name).group(1)), p.name))
+    numbered = [(int(match.group(1)), p.name, p) for p in split_dir.iterdir()
+                if p.name.endswith(".parquet") and (match := _PART_NUMBER.match(p.name))]
+    return [path for _, _, path in sorted(numbered)]
 
 
 def _order_break(keys: list[np.ndarray], previous: tuple | None) -> int:

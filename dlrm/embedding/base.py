@@ -13,25 +13,11 @@ reads, for each piece this rank now holds, the region it covers out of whatever 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
 import tensorflow as tf
 
-
-@dataclass(frozen=True)
-class TablePiece:
-    """A rectangle of table `table`: rows [row_start, row_end) x columns [col_start, col_end)."""
-
-    table: int
-    row_start: int
-    row_end: int
-    col_start: int
-    col_end: int
-
-    @property
-    def shape(self) -> Tuple[int, int]:
-        return (self.row_end - self.row_start, self.col_end - self.col_start)
+from dlrm.embedding.pieces import TablePiece
 
 
 class EmbeddingCollection(tf.keras.layers.Layer):

@@ -34,11 +34,7 @@ import tensorflow as tf
 from dlrm import dist
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
 from dlrm.embedding.local import initial_table_values
-from dlrm.embedding.planner import Piece, Plan
-
-
-def _as_table_piece(table: int, piece: Piece) -> TablePiece:
-    return TablePiece(table, piece.row_start, piece.row_end, piece.col_start, piece.col_end)
+from dlrm.embedding.planner import Plan
 
 
 class DistributedEmbedding(EmbeddingCollection):
@@ -58,7 +54,7 @@ class DistributedEmbedding(EmbeddingCollection):
         self.replicated_tables: Dict[int, tf.Variable] = {}
         self._shards: List[Tuple[TablePiece, tf.Variable]] = []  # pieces this rank owns alone
         # routes[d]: (table, piece, key on rank d) for every sharded piece owned by rank d, in plan order.
-        self._routes: List[List[Tuple[int, Piece, int]]] = [[] for _ in range(self.world_size)]
+        self._routes: List[List[Tuple[int, TablePiece, int]]] = [[] for _ in range(self.world_size)]
         for placement in plan.tables:
             t, rows = placement.table, placement.rows
             if placement.kind == "replicated":
@@ -66,9 +62,9 @@ class DistributedEmbedding(EmbeddingCollection):
                     initial_table_values(t, rows, self.dim, self.seed), trainable=True,
                     dtype=tf.float32, name=f"embedding_table_{t}")
                 continue
-            for piece in placement.pieces:
-                self._routes[piece.rank].append((t, piece, len(self._routes[piece.rank])))
-                if piece.rank == self.rank:
+            for owner, piece in placement.pieces:
+                self._routes[owner].append((t, piece, len(self._routes[owner])))
+                if owner == self.rank:
                     value = initial_table_values(t, rows, self.dim, self.seed,
                                                  (piece.row_start, piece.row_end),
                                                  (piece.col_start, piece.col_end))
@@ -76,7 +72,7 @@ class DistributedEmbedding(EmbeddingCollection):
                         value, trainable=True, dtype=tf.float32,
                         name=f"embedding_t{t}_r{piece.row_start}-{piece.row_end}"
                              f"_c{piece.col_start}-{piece.col_end}")
-                    self._shards.append((_as_table_piece(t, piece), variable))
+                    self._shards.append((piece, variable))
         self._num_sharded = sum(len(r) for r in self._routes)
         self._shard_widths = tf.constant([p.col_end - p.col_start for p, _ in self._shards] or [0],
                                          dtype=tf.int32)
@@ -126,7 +122,9 @@ class DistributedEmbedding(EmbeddingCollection):
         for t, table in self.replicated_tables.items():
             with tf.name_scope(f"replicated_table_{t}"):
                 replicated[t] = tf.gather(table, ids[:, t])
-        sharded = self._sharded_lookup(ids, batch) if self._num_sharded else None
+        if not self._num_sharded:
+            return tf.stack([replicated[t] for t in range(num_tables)], axis=1)
+        sharded = self._sharded_lookup(ids, batch)
         if not replicated:
             return sharded
         columns = [replicated[t] if t in replicated else sharded[:, t, :] for t in range(num_tables)]

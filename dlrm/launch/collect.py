@@ -42,7 +42,8 @@ def table_sizes(config: dict) -> List[int]:
 
 def placement_memory(config: dict, rows: List[int], world_size: int) -> dict:
     """Per-rank embedding memory (bytes) of the planner's placement for this run."""
-    from dlrm.embedding.planner import plan_embeddings, slots_for_optimizer
+    from dlrm.embedding.optimizer_slots import slots_for_optimizer
+    from dlrm.embedding.planner import plan_embeddings
 
     fields = {k: v for k, v in config["sharding"].items() if k in ShardingConfig.__dataclass_fields__}
     plan = plan_embeddings(rows, config["model"]["embedding_dim"], world_size, ShardingConfig(**fields),
@@ -188,7 +189,8 @@ def collect(sweep_dir: str) -> dict:
         raise FileNotFoundError(f"{sweep_dir}: no run directories with {POINT_FILE} (is this a sweep directory?)")
     rows = sorted((collect_point(p) for p in points),
                   key=lambda r: (r["dataset"], r["world_size"], r["embedding_parameters"]))
-    paths = {"csv": os.path.join(sweep_dir, TABLE_FILE + ".csv"), "markdown": os.path.join(sweep_dir, TABLE_FILE + ".md"),
+    paths = {"csv": os.path.join(sweep_dir, TABLE_FILE + ".csv"),
+             "markdown": os.path.join(sweep_dir, TABLE_FILE + ".md"),
              "plot": os.path.join(sweep_dir, PLOT_FILE)}
     write_csv(rows, paths["csv"])
     write_markdown(rows, paths["markdown"])

@@ -24,7 +24,7 @@ import itertools
 import os
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import yaml
 
@@ -106,9 +106,9 @@ class SweepSpec:
     trainer_flags: List[str] = field(default_factory=list)
     bottom_mlp_hidden: Optional[List[int]] = None
     datasets: List[DatasetVariant] = field(default_factory=list)
-    embedding_dims: List[Optional[int]] = field(default_factory=lambda: [None])
-    world_sizes: List[int] = field(default_factory=lambda: [1])
-    max_steps: List[Optional[int]] = field(default_factory=lambda: [None])
+    embedding_dims: Sequence[Optional[int]] = field(default_factory=lambda: [None])
+    world_sizes: Sequence[int] = field(default_factory=lambda: [1])
+    max_steps: Sequence[Optional[int]] = field(default_factory=lambda: [None])
 
     def points(self) -> List[SweepPoint]:
         points = []

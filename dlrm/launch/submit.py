@@ -134,7 +134,7 @@ def make_executor(options: ExecutorOptions, folder: str, nodes: int, tasks_per_n
 class Submitted:
     point: SweepPoint
     point_dir: str
-    job: object  # submitit.Job
+    job: submitit.Job
 
 
 def submit_sweep(spec: SweepSpec, sweep_dir: str, options: ExecutorOptions) -> List[Submitted]:
@@ -162,7 +162,7 @@ def submit_sweep(spec: SweepSpec, sweep_dir: str, options: ExecutorOptions) -> L
     return submitted
 
 
-def wait_for_jobs(jobs: Mapping[str, object], timeout_s: float, poll_s: float = 2.0,
+def wait_for_jobs(jobs: Mapping[str, submitit.Job], timeout_s: float, poll_s: float = 2.0,
                   result_grace_s: float = 15.0) -> Dict[str, str]:
     """Wait until every job ({name: submitit job}) has finished or `timeout_s` passed.
 

@@ -20,7 +20,8 @@ from dlrm.embedding.base import EmbeddingCollection
 from dlrm.embedding.distributed import DistributedEmbedding
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.embedding.memory_check import check_plan_fits_machine
-from dlrm.embedding.planner import Plan, plan_embeddings, slots_for_optimizer
+from dlrm.embedding.optimizer_slots import slots_for_optimizer
+from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.model.dlrm import RecommenderModel, build_model
 from dlrm.train.checkpoint import PieceSlots
 from dlrm.train.optimizers import LossScaledOptimizer, SparseOptimizer, build_optimizer

@@ -23,6 +23,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
+from dlrm.embedding.optimizer_slots import SLOT_NAMES
 from dlrm.model.precision import needs_loss_scaling
 
 
@@ -110,6 +111,7 @@ class SparseOptimizer:
 class SparseSGD(SparseOptimizer):
     """var -= lr * grad (legacy Keras SGD without momentum); duplicate rows are subtracted in turn."""
 
+    slot_names = SLOT_NAMES["sgd"]
     sums_duplicate_rows = False
 
     def _apply_dense(self, var, slots, grad, lr, step):
@@ -122,7 +124,7 @@ class SparseSGD(SparseOptimizer):
 class SparseAdagrad(SparseOptimizer):
     """acc += g^2; var -= lr * g / (sqrt(acc) + eps); sparse: only touched rows of var and acc."""
 
-    slot_names = ("accumulator",)
+    slot_names = SLOT_NAMES["adagrad"]
     slot_initial_value = 0.1
     epsilon = 1e-7
 
@@ -141,7 +143,7 @@ class SparseAdagrad(SparseOptimizer):
 class SparseAdam(SparseOptimizer):
     """Adam; sparse gradients update only touched rows of var, m and v (lazy Adam)."""
 
-    slot_names = ("m", "v")
+    slot_names = SLOT_NAMES["adam"]
     beta1 = 0.9
     beta2 = 0.999
     epsilon = 1e-7
@@ -241,7 +243,7 @@ class LossScaledOptimizer:
         tf.cond(finite, apply_and_maybe_grow, skip_and_shrink)
 
 
-OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam}
+OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam}  # keys: the names in SLOT_NAMES
 
 
 def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks_true: Optional[Callable] = None):

@@ -1,0 +1,132 @@
+"""Layout, the planner's first stage: the checked table sizes, and for every table its kind and how it is cut.
+
+Kinds (the strategy then gives every piece a rank):
+- ``replicated``    small tables (bytes <= replicate threshold): a full copy on every rank;
+- ``row_sliced``    tables bigger than one rank's memory budget: contiguous row ranges on distinct ranks;
+- ``column_sliced`` tables above the column-slice threshold: column ranges on distinct ranks;
+- ``table_wise``    everything else: the whole table on one rank.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from dlrm.config import ShardingConfig
+from dlrm.embedding.pieces import TablePiece
+from dlrm.embedding.planner.byte_sizes import format_bytes
+from dlrm.embedding.planner.plan import PlanError
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The tables to place and the cluster, checked; every size the later stages need derives from here."""
+
+    rows: List[int]
+    lookups: List[float]  # ids looked up per sample in each table
+    dim: int
+    world_size: int
+    bytes_per_element: int
+    optimizer_slots: int
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes per embedding element: the weight and its optimizer slots."""
+        return self.bytes_per_element * (1 + self.optimizer_slots)
+
+    def table_bytes(self, table: int) -> int:
+        return self.rows[table] * self.dim * self.element_bytes
+
+    def total_bytes(self) -> int:
+        return sum(self.table_bytes(t) for t in range(len(self.rows)))
+
+    def piece_bytes(self, piece: TablePiece) -> int:
+        rows, cols = piece.shape
+        return rows * cols * self.element_bytes
+
+    def piece_lookups(self, piece: TablePiece) -> float:
+        """Elements fetched from `piece` per global sample, assuming ids spread uniformly over the rows."""
+        rows, cols = piece.shape
+        return self.lookups[piece.table] * cols * rows / self.rows[piece.table]
+
+    def title(self, table: int) -> str:
+        """How messages name a table: 'table 3 (1,000 rows x 8 cols' (the caller closes the bracket)."""
+        return f"table {table} ({self.rows[table]:,} rows x {self.dim} cols"
+
+
+def check_tables(table_rows: Sequence[int], dim: int, world_size: int, bytes_per_element: int,
+                 optimizer_slots: int, lookups_per_sample: Optional[Sequence[float]]) -> Tables:
+    """`Tables` from the caller's figures; ValueError for sizes no plan can have."""
+    if world_size < 1 or dim < 1:
+        raise ValueError(f"world_size and dim must be positive (got {world_size}, {dim})")
+    rows_list = [int(r) for r in table_rows]
+    for t, rows in enumerate(rows_list):
+        if rows < 1:
+            raise ValueError(f"table {t} has {rows} rows; every table needs at least one row")
+    hotness = [1.0] * len(rows_list) if lookups_per_sample is None else [float(h) for h in lookups_per_sample]
+    if len(hotness) != len(rows_list):
+        raise ValueError(f"{len(hotness)} lookup counts given for {len(rows_list)} tables")
+    return Tables(rows_list, hotness, dim, world_size, bytes_per_element, optimizer_slots)
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """A table's kind and its cut: even row ranges, even column ranges, or the whole table."""
+
+    table: int
+    kind: str
+    slices: List[TablePiece]
+
+
+def lay_out(tables: Tables, cfg: ShardingConfig) -> List[TableLayout]:
+    """Every table's layout, in table order; PlanError for a table too big even when cut over all ranks."""
+    layouts = []
+    for t, rows in enumerate(tables.rows):
+        kind, count = _kind_and_slice_count(tables, t, cfg)
+        layouts.append(TableLayout(t, kind, _cut(kind, t, rows, tables.dim, count)))
+    return layouts
+
+
+def _kind_and_slice_count(tables: Tables, table: int, cfg: ShardingConfig) -> Tuple[str, int]:
+    size, budget, threshold = tables.table_bytes(table), cfg.rank_memory_bytes, cfg.column_slice_threshold_bytes
+    if tables.world_size == 1:
+        return "table_wise", 1
+    if budget is not None and size > budget:
+        return "row_sliced", max(2, min(_row_slices_needed(tables, table, budget), tables.rows[table]))
+    if threshold is not None and size > threshold:
+        return "column_sliced", max(2, min(math.ceil(size / threshold), tables.world_size, tables.dim))
+    if size <= cfg.replicate_threshold_bytes:
+        return "replicated", 1
+    return "table_wise", 1
+
+
+def _row_slices_needed(tables: Tables, table: int, budget: int) -> int:
+    """Fewest row slices that fit the budget; an error naming the table when the world is too small."""
+    size, world_size = tables.table_bytes(table), tables.world_size
+    needed = math.ceil(size / budget)
+    if needed > world_size:
+        short = size / world_size - budget
+        raise PlanError(
+            f"{tables.title(table)}, {format_bytes(size)}) does not fit: "
+            f"even split over all {world_size} ranks needs {format_bytes(size / world_size)} "
+            f"per rank, {format_bytes(short)} more than the budget of {format_bytes(budget)}", table=table)
+    return needed
+
+
+def _cut(kind: str, table: int, rows: int, dim: int, count: int) -> List[TablePiece]:
+    if kind == "row_sliced":
+        return [TablePiece(table, start, end, 0, dim) for start, end in even_ranges(rows, count)]
+    if kind == "column_sliced":
+        return [TablePiece(table, 0, rows, start, end) for start, end in even_ranges(dim, count)]
+    return [TablePiece(table, 0, rows, 0, dim)]
+
+
+def even_ranges(total: int, parts: int) -> List[Tuple[int, int]]:
+    """Split [0, total) into `parts` contiguous ranges whose lengths differ by at most one."""
+    base, extra = divmod(total, parts)
+    ranges, start = [], 0
+    for i in range(parts):
+        end = start + base + (1 if i < extra else 0)
+        ranges.append((start, end))
+        start = end
+    return ranges

@@ -1,0 +1,80 @@
+"""Sharded checkpoints restore onto another world size: save with 3 ranks, restore with 2 and with 1.
+
+The 3-rank Adagrad run of tests/integration/test_hybrid_parallel.py writes its final checkpoint (step 4) with
+each rank writing only its own pieces (replicated tables by rank 0). That checkpoint is resumed by a
+2-rank launch (Gloo) and by one process (LocalEmbedding), each training one more step. Both must
+equal an uninterrupted one-process run of 5 steps: weights, Adagrad accumulators, the step-5 loss.
+A wrong region, slot or optimizer step in the restore would break that equality. Launches are
+shared (memoised, tests/support/hybrid.py) with tests/integration/test_hybrid_parallel.py.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from tests.support.hybrid import (
+    STEPS,
+    TOLERANCE,
+    checkpoint_arrays,
+    launch,
+    losses,
+    max_difference,
+    reference,
+)
+
+
+def _piece_files(checkpoint_dir: str) -> list:
+    found = []
+    for folder, _, files in os.walk(os.path.join(checkpoint_dir, "embedding")):
+        found += [os.path.join(os.path.relpath(folder, checkpoint_dir), f) for f in files]
+    return sorted(found)
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_three_rank_checkpoint_is_written_in_pieces_with_the_plan(three_rank_checkpoint):
+    from dlrm.train import checkpoint
+
+    directory = checkpoint.find_checkpoint(three_rank_checkpoint)
+    meta = checkpoint.read_meta(directory)
+    assert meta["world_size"] == 3 and meta["step"] == STEPS
+    plan = meta["plan"]
+    assert plan["world_size"] == 3
+    files = _piece_files(directory)
+    # The row-sliced table 0 is stored as several row ranges, the column-sliced table 1 as columns.
+    table0 = [f for f in files if f.startswith("embedding/t0/value/")]
+    table1 = [f for f in files if f.startswith("embedding/t1/value/")]
+    assert len(table0) == len(plan["tables"][0]["pieces"]) >= 2, table0
+    assert len(table1) == len(plan["tables"][1]["pieces"]) >= 2, table1
+    assert all("_c0-8.npy" in f for f in table0) and not any(f.endswith("_c0-8.npy") for f in table1)
+    # Adagrad accumulators are stored next to every piece with the same shapes.
+    assert len([f for f in files if "/accumulator/" in f]) == len([f for f in files if "/value/" in f])
+    assert not any(name.endswith(".tmp") for name in os.listdir(os.path.dirname(directory)))
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 1])
+def test_restore_three_rank_checkpoint_on_other_world_sizes(world, three_rank_checkpoint):
+    source = three_rank_checkpoint
+    ref_run, ref_base = reference(restore_from=source)
+    ref_run.check()
+    if world == 1:
+        base = ref_base  # the one-process worker resumed `source` as well
+    else:
+        run, base = launch(2, restore_from=source)
+        run.check()
+    want = checkpoint_arrays(os.path.join(ref_base, "continued", "ckpt"))
+    got = checkpoint_arrays(os.path.join(base, "restored", "ckpt"))
+    assert int(got["meta/world_size"]) == world
+    assert int(got["meta/step"]) == int(want["meta/step"]) == STEPS + 1
+    err, key = max_difference(got, want)
+    assert err < TOLERANCE, f"restored on {world} rank(s) and trained a step: {key} differs by {err}"
+    assert any(k.endswith("/accumulator") for k in got)
+    # The resumed run logged only step 5; its loss equals the uninterrupted run's step-5 loss.
+    resumed = losses(os.path.join(base, "restored", "run"))
+    uninterrupted = losses(os.path.join(ref_base, "continued", "run"))
+    assert len(uninterrupted) == STEPS + 1 and len(resumed) == 1
+    np.testing.assert_allclose(resumed[-1], uninterrupted[-1], rtol=TOLERANCE, atol=TOLERANCE)

@@ -1,0 +1,249 @@
+"""Flags -> Config: reference defaults with a dataset, the demo preset without, explicit flags win.
+
+Bad flags of every entry point: refused with a message naming the flag, exit status 2, no traceback.
+"""
+import subprocess
+import sys
+
+import pytest
+
+from dlrm.cli import DEMO_PRESET, build_parser, parse_config
+from dlrm.config import Config
+from dlrm.embedding.planner import parse_bytes
+from dlrm.errors import UsageError
+from tests.support import ROOT
+
+
+def test_defaults_with_a_dataset_are_the_reference_config():
+    config = parse_config(["--dataset_path", "/data/criteo"])
+    expected = Config()
+    expected.data.dataset_dir = "/data/criteo"
+    assert config == expected
+    # the reference numbers themselves (criteo_reference.md), so a drift in config.py is caught too
+    assert config.data.global_batch_size == 65536
+    assert config.model.embedding_dim == 128
+    assert config.model.bottom_mlp == (512, 256, 128)
+    assert config.model.top_mlp == (1024, 1024, 512, 256, 1)
+    assert (config.optimizer.optimizer, config.optimizer.learning_rate) == ("sgd", 24.0)
+    assert (config.optimizer.warmup_steps, config.optimizer.decay_start_step,
+            config.optimizer.decay_steps) == (8000, 48000, 24000)
+    assert (config.model.num_cross_layers, config.model.cross_projection_dim) == (3, 512)
+
+
+def test_no_dataset_applies_the_demo_preset_only():
+    config = parse_config([])
+    assert config.data.dataset_dir is None
+    for (section, name), value in DEMO_PRESET.items():
+        assert getattr(getattr(config, section), name) == value
+    untouched = Config()
+    assert config.data.synthetic_preset == untouched.data.synthetic_preset == "tiny"
+    assert config.train.mode == "train"
+
+
+def test_explicit_flags_win_over_the_demo_preset():
+    config = parse_config(["--global_batch_size", "512", "--optimizer", "sgd", "--learning_rate", "3"])
+    assert config.data.global_batch_size == 512
+    assert config.optimizer.optimizer == "sgd"
+    assert config.optimizer.learning_rate == 3.0
+    assert config.model.embedding_dim == DEMO_PRESET[("model", "embedding_dim")]
+
+
+def test_every_flag_maps_to_its_field():
+    argv = [
+        "--dataset_path", "/d", "--synthetic_dir", "/s", "--synthetic_preset", "t15",
+        "--synthetic_train_rows", "1000", "--synthetic_test_rows", "100", "--synthetic_seed", "7",
+        "--train_mapping", "tr", "--test_mapping", "te", "--global_batch_size", "1024",
+        "--valid_batch_size", "4096", "--partial_batch", "drop", "--prefetch_batches", "2",
+        "--decode_threads", "3", "--skip_data_validation",
+        "--arch", "dcnv2", "--embedding_dim", "64", "--bottom_mlp_dims", "256-64",
+        "--top_mlp_dims", "512,256,1", "--dcn_num_layers", "2", "--dcn_low_rank_dim", "128",
+        "--optimizer", "adam", "--learning_rate", "0.001", "--warmup_steps", "10",
+        "--decay_start_step", "20", "--decay_steps", "30", "--decay_power", "1.5", "--end_learning_rate", "1e-5",
+        "--sharding_strategy", "basic", "--rank_memory", "80GiB", "--column_slice_threshold", "2GB",
+        "--replicate_threshold", "1MiB",
+        "--mode", "inference_benchmark", "--max_steps", "99", "--epochs", "2.5", "--eval_every", "11",
+        "--log_every", "3", "--run_dir", "/r", "--save_checkpoint_path", "/c", "--restore_checkpoint_path", "/c0",
+        "--checkpoint_every", "13", "--keep_checkpoints", "5", "--amp", "--xla", "--seed", "42",
+        "--intra_op_threads", "2", "--inter_op_threads", "1", "--benchmark_warmup_steps", "1",
+        "--benchmark_steps", "9", "--debug",
+    ]
+    c = parse_config(argv)
+    assert (c.data.dataset_dir, c.data.synthetic_dir, c.data.synthetic_preset) == ("/d", "/s", "t15")
+    assert (c.data.synthetic_train_rows, c.data.synthetic_test_rows, c.data.synthetic_seed) == (1000, 100, 7)
+    assert (c.data.train_mapping, c.data.test_mapping) == ("tr", "te")
+    assert (c.data.global_batch_size, c.data.eval_batch_size) == (1024, 4096)
+    assert (c.data.partial_batch, c.data.prefetch_batches, c.data.decode_threads) == ("drop", 2, 3)
+    assert c.data.skip_data_validation is True and Config().data.skip_data_validation is False
+    assert (c.model.arch, c.model.embedding_dim, c.model.bottom_mlp, c.model.top_mlp) == \
+        ("dcnv2", 64, (256, 64), (512, 256, 1))
+    assert (c.model.num_cross_layers, c.model.cross_projection_dim, c.model.seed) == (2, 128, 42)
+    o = c.optimizer
+    assert (o.optimizer, o.learning_rate, o.warmup_steps, o.decay_start_step, o.decay_steps,
+            o.decay_power, o.end_learning_rate) == ("adam", 0.001, 10, 20, 30, 1.5, 1e-5)
+    s = c.sharding
+    assert (s.strategy, s.rank_memory_bytes, s.column_slice_threshold_bytes, s.replicate_threshold_bytes) == \
+        ("basic", 80 * 2**30, 2 * 10**9, 2**20)
+    t = c.train
+    assert (t.mode, t.max_steps, t.epochs, t.eval_every_steps, t.log_every_steps, t.run_dir) == \
+        ("inference_benchmark", 99, 2.5, 11, 3, "/r")
+    assert (t.save_checkpoint_path, t.restore_checkpoint_path, t.checkpoint_every_steps, t.keep_checkpoints) == \
+        ("/c", "/c0", 13, 5)
+    assert (t.amp, t.xla, t.seed, t.intra_op_threads, t.inter_op_threads) == (True, True, 42, 2, 1)
+    assert (t.benchmark_warmup_steps, t.benchmark_steps, t.debug) == (1, 9, True)
+
+
+def test_every_parser_flag_is_exercised_above():
+    """A new flag must be added to test_every_flag_maps_to_its_field."""
+    flags = {opt for action in build_parser()._actions for opt in action.option_strings} - {"-h", "--help"}
+    source = open(__file__).read()
+    assert [f for f in sorted(flags) if f'"{f}"' not in source] == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--optimizer", "lamb"], "invalid choice"),
+    (["--global_batch_size", "0"], "positive integer"),
+    (["--rank_memory", "lots"], "invalid size"),
+    (["--top_mlp_dims", "64-2"], "must end in 1 unit"),
+    (["--dataset_path", "/d", "--embedding_dim", "64"], "bottom MLP (--bottom_mlp_dims) to end in the embedding dim"),
+    (["--mode", "eval"], "--restore_checkpoint_path"),
+    # accepted silently before: each is now refused, naming the flag
+    (["--decay_power", "-1"], "argument --decay_power: expected a positive number, got '-1'"),
+    (["--decay_power", "0"], "argument --decay_power: expected a positive number"),
+    (["--learning_rate", "inf"], "argument --learning_rate: expected a positive number, got 'inf' (not a finite"),
+    (["--learning_rate", "nan"], "argument --learning_rate: expected a positive number, got 'nan' (not a finite"),
+    (["--end_learning_rate", "-1"], "argument --end_learning_rate: expected a number >= 0, got '-1'"),
+    (["--seed", "-1"], "argument --seed: expected a seed, an integer from 0 to 4294967295, got '-1'"),
+    (["--synthetic_seed", str(2**32)], "argument --synthetic_seed: expected a seed"),
+    (["--bottom_mlp_dims", "64--16"], "argument --bottom_mlp_dims: expected positive integers separated by"),
+    (["--top_mlp_dims", "64,,1"], "argument --top_mlp_dims: expected positive integers separated by"),
+    (["--epochs", "inf"], "argument --epochs: expected a positive number"),
+    (["--rank_memory", "0"], "argument --rank_memory: expected a memory size above 0"),
+    (["--rank_memory", "1e999"], "argument --rank_memory: invalid size '1e999': not a finite number"),
+    (["--warmup_steps", "-1"], "argument --warmup_steps: expected an integer >= 0, got '-1'"),
+    (["--global_batch_size", "abc"], "argument --global_batch_size: expected a positive integer, got 'abc'"),
+    (["--warmup_steps", "300"], "--decay_start_step (200) must not come before the end of the warmup"),
+])
+def test_bad_flags_are_rejected_with_a_clear_message(argv, message):
+    with pytest.raises(UsageError) as caught:
+        parse_config(argv)
+    assert message in str(caught.value)
+
+
+# The parsers of every entry point; each value below is wrong for every typed flag.
+def _all_parsers():
+    from dlrm.data import lr_baseline, synthetic, transcode
+    from dlrm.embedding.planner import cli as planner
+    from dlrm.launch import __main__ as launch
+
+    return {"main.py": build_parser(), "planner": planner.build_parser(), "synthetic": synthetic.build_parser(),
+            "transcode": transcode.build_parser(), "launch": launch.build_parser(),
+            "lr_baseline": lr_baseline.build_parser()}
+
+
+def _typed_flags():
+    for name, parser in _all_parsers().items():
+        for action in parser._actions:
+            if action.option_strings and action.type not in (None, str) and action.choices is None:
+                yield name, parser, action.option_strings[0]
+
+
+@pytest.mark.parametrize("bad", ["abc", "-1", "nan", "inf", "1e999", ""])
+def test_every_typed_flag_of_every_cli_refuses_bad_values_naming_the_flag(bad):
+    checked = 0
+    for name, parser, flag in _typed_flags():
+        with pytest.raises(UsageError) as caught:
+            parser.parse_args([flag, bad])
+        message = str(caught.value)
+        assert f"argument {flag}: " in message, (name, flag, message)
+        assert "invalid _" not in message and "<function" not in message and " value: " not in message, message
+        checked += 1
+    assert checked >= 40  # every CLI's numeric flags are covered
+
+
+def test_help_shows_list_defaults_as_typed(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 512-256-128; demo: 64-32-16)" in text
+    assert "(default: 1024-1024-512-256-1; demo: 256-128-1)" in text
+    assert "(512, 256, 128)" not in text
+
+
+def _cli(args, timeout=60):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["main.py", "--end_learning_rate", "-1"], "argument --end_learning_rate: expected a number >= 0"),
+    (["main.py", "--seed", "-1"], "argument --seed: expected a seed"),
+    (["main.py", "--decay_power", "-1"], "argument --decay_power: expected a positive number"),
+    (["main.py", "--learning_rate", "inf"], "argument --learning_rate: expected a positive number"),
+    (["main.py", "--bottom_mlp_dims", "64--16"], "argument --bottom_mlp_dims: expected positive integers"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--rank_memory", "0"],
+     "argument --rank_memory: expected a memory size above 0"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "0"],
+     "argument --world_size: expected a positive integer, got '0'"),
+    (["-m", "dlrm.embedding.planner", "--preset", "nosuch", "--world_size", "2"],
+     "argument --preset: invalid choice: 'nosuch'"),
+    (["-m", "dlrm.embedding.planner", "--table_rows", "a,b", "--world_size", "2"],
+     "argument --table_rows: expected positive integers separated by ','"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--optimizer_slots", "-1"],
+     "argument --optimizer_slots: expected an integer >= 0"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--bytes_per_element", "0"],
+     "argument --bytes_per_element: expected a positive integer"),
+    (["-m", "dlrm.data.synthetic", "--out", "unused", "--cardinalities", "10,abc"],
+     "argument --cardinalities: expected positive integers separated by ','"),
+    (["-m", "dlrm.data.synthetic", "--out", "unused", "--seed", "-1"], "argument --seed: expected a seed"),
+    (["-m", "dlrm.data.synthetic", "--out", "unused", "--train_rows", "-5"],
+     "argument --train_rows: expected a positive integer, got '-5'"),
+    (["-m", "dlrm.data.transcode", "--input", "x.yaml", "--output", "o", "--chunk_rows", "0"],
+     "argument --chunk_rows: expected a positive integer"),
+    (["-m", "dlrm.launch", "--collect", "d", "--timeout_min", "-3"], "argument --timeout_min: expected a positive"),
+    (["-m", "dlrm.data.lr_baseline", "data", "--epochs", "-1"], "argument --epochs: expected a positive integer"),
+    (["-m", "preproc_spark3", "raw", "out", "--log_offset", "nan"], "argument --log_offset: expected a positive"),
+    (["-m", "preproc_spark3", "raw", "out", "--eval_day", "-1"], "argument --eval_day: expected an integer >= 0"),
+])
+def test_bad_flags_exit_2_with_one_message_and_no_traceback(args, message):
+    proc = _cli(args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_parse_bytes_units():
+    assert parse_bytes("80GiB") == 80 * 2**30
+    assert parse_bytes("1.5 MB") == 1_500_000
+    assert parse_bytes("1e9") == 10**9
+    assert parse_bytes("4096") == 4096
+
+
+def test_parsing_happens_only_when_asked(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["main.py", "--definitely-not-a-flag"])
+    cli = importlib.reload(importlib.import_module("dlrm.cli"))  # importing must not read sys.argv
+    assert cli.parse_config(["--global_batch_size", "7"]).data.global_batch_size == 7  # only explicit argv
+
+
+def test_debug_adds_the_traceback_of_a_user_error():
+    args = ["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--rank_memory", "16GiB"]
+    plain, debug = _cli(args), _cli(args + ["--debug"])
+    assert plain.returncode == debug.returncode == 1
+    assert "Traceback" not in plain.stderr and len(plain.stderr.splitlines()) == 1, plain.stderr
+    assert "Traceback" in debug.stderr and "PlanError" in debug.stderr
+    assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
+
+
+def test_an_error_every_rank_raises_is_printed_once_by_rank_0():
+    """Two ranks parse the same bad flags: one message (rank 0's), not one per rank, and no traceback."""
+    from tests.support.multirank import run_ranks
+    from tests.support.processes import rank_lines
+
+    run = run_ranks(2, ["main.py", "--learning_rate", "nan"], timeout=120)
+    assert run.returncode != 0 and not run.timed_out
+    lines = rank_lines(run.stdout + "\n" + run.stderr)
+    errors = [(rank, text) for rank, text in lines if "error:" in text]
+    assert errors == [(0, "main.py: error: argument --learning_rate: expected a positive number, got 'nan' "
+                          "(not a finite number)")], run.stderr[-3000:]
+    assert not [text for _, text in lines if "Traceback" in text]

@@ -1,0 +1,218 @@
+"""DLRM / DCNv2 models: interaction values, shapes, empty batches, precision and XLA variants."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dlrm.config import ModelConfig
+from dlrm.embedding.local import LocalEmbedding
+from dlrm.model.dcnv2 import LowRankCrossNetwork
+from dlrm.model.dlrm import build_model
+from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, reference_dot_interaction
+from dlrm.model.mlp import MLP
+
+SIZES = [7, 3, 11, 5]
+DIM = 8
+
+
+def tiny_config(arch="dlrm", seed=0):
+    return ModelConfig(arch=arch, embedding_dim=DIM, bottom_mlp=(16, DIM), top_mlp=(32, 16, 1),
+                       num_cross_layers=3, cross_projection_dim=4, seed=seed)
+
+
+def tiny_batch(batch, seed=0):
+    rng = np.random.default_rng(seed)
+    numerical = rng.normal(size=(batch, 13)).astype(np.float32)
+    categorical = np.stack([rng.integers(0, n, size=batch) for n in SIZES], axis=1).astype(np.int32)
+    return tf.constant(numerical), tf.constant(categorical)
+
+
+def numpy_dot_interaction(bottom, embedded):
+    """Reference: loops over the strict lower triangle (i > j), row-major."""
+    out = []
+    for b in range(bottom.shape[0]):
+        features = np.concatenate([bottom[b][None], embedded[b]], axis=0)
+        pairs = [features[i] @ features[j] for i in range(len(features)) for j in range(i)]
+        out.append(np.concatenate([bottom[b], pairs]))
+    return np.array(out)
+
+
+def test_dot_interaction_matches_numpy_reference():
+    rng = np.random.default_rng(1)
+    bottom = rng.normal(size=(3, 5)).astype(np.float32)
+    embedded = rng.normal(size=(3, 4, 5)).astype(np.float32)
+    out = dot_interaction(tf.constant(bottom), tf.constant(embedded)).numpy()
+    assert out.shape == (3, dot_interaction_output_dim(4, 5)) == (3, 5 + 10)
+    np.testing.assert_allclose(out, numpy_dot_interaction(bottom, embedded), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("batch", [0, 1, 6])
+def test_dot_interaction_gradient_matches_autodiff_of_the_plain_formulation(dtype, batch):
+    rng = np.random.default_rng(batch)
+    bottom = tf.cast(rng.normal(size=(batch, 5)), dtype)
+    embedded = tf.cast(rng.normal(size=(batch, 4, 5)), dtype)
+    weights = tf.cast(rng.normal(size=(batch, dot_interaction_output_dim(4, 5))), dtype)
+
+    @tf.function
+    def value_and_gradients(interaction):
+        with tf.GradientTape() as tape:
+            tape.watch([bottom, embedded])
+            out = interaction(bottom, embedded)
+            loss = tf.reduce_sum(tf.cast(out * weights, tf.float32))
+        return [out, *tape.gradient(loss, [bottom, embedded])]
+
+    got = value_and_gradients(dot_interaction)
+    want = value_and_gradients(reference_dot_interaction)
+    tolerance = 1e-5 if dtype == "float32" else 3e-2
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype == tf.as_dtype(dtype) and g.shape == w.shape
+        np.testing.assert_allclose(tf.cast(g, tf.float32), tf.cast(w, tf.float32), rtol=tolerance, atol=tolerance)
+
+
+def test_reference_dimensions_give_479_interaction_outputs():
+    assert dot_interaction_output_dim(26, 128) == 479
+
+
+def test_cross_network_matches_formula():
+    rng = np.random.default_rng(2)
+    x0 = rng.normal(size=(4, 6)).astype(np.float32)
+    cross = LowRankCrossNetwork(6, num_layers=2, projection_dim=3, seed=0)
+    x = x0
+    for down, up in zip(cross.down, cross.up):
+        x = x0 * (x @ down.kernel.numpy() @ up.kernel.numpy() + up.bias.numpy()) + x
+    np.testing.assert_allclose(cross(tf.constant(x0)).numpy(), x, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_initialisation_is_glorot_normal_kernel_and_reference_bias():
+    mlp = MLP(400, (600, 1), relu_last=False, seed=3)
+    kernel, bias = mlp.dense_layers[0].kernel.numpy(), mlp.dense_layers[0].bias.numpy()
+    # Keras' GlorotNormal is a truncated normal scaled to std sqrt(2 / (fan_in + fan_out)).
+    assert kernel.std() == pytest.approx(math.sqrt(2.0 / 1000), rel=0.03)
+    assert bias.std() == pytest.approx(math.sqrt(1.0 / 600), rel=0.15)
+    assert mlp(tf.zeros([2, 400])).shape == (2, 1)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("relu_last", [True, False])
+def test_mlp_values_and_gradients_match_its_dense_layers_under_autodiff(policy, relu_last):
+    mlp = MLP(7, (9, 5), relu_last=relu_last, seed=1, dtype=policy)
+    x = tf.constant(np.random.default_rng(0).normal(size=(6, 7)), tf.float32)
+    variables = mlp.trainable_variables
+
+    @tf.function
+    def value_and_gradients(forward):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = forward(x)
+            loss = tf.reduce_sum(tf.cast(out, tf.float32) * tf.range(1.0, 6.0))
+        return [out, *tape.gradient(loss, [x, *variables])]
+
+    def keras_layers(inputs):
+        for layer in mlp.dense_layers:
+            inputs = layer(inputs)
+        return inputs
+
+    got, want = value_and_gradients(mlp), value_and_gradients(keras_layers)
+    assert len(got) == 2 + 2 * 2 and got[0].dtype == tf.as_dtype(mlp.compute_dtype)
+    tolerance = 1e-6 if policy == "float32" else 1e-2
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(tf.cast(g, tf.float32), tf.cast(w, tf.float32), rtol=tolerance, atol=tolerance)
+    if not relu_last:  # the last layer is linear: negative outputs survive
+        assert np.any(tf.cast(got[0], tf.float32).numpy() < 0)
+
+
+@pytest.mark.parametrize("arch", ["dlrm", "dcnv2"])
+def test_model_gives_one_float32_logit_per_row_and_handles_empty_batches(arch):
+    model = build_model(tiny_config(arch), LocalEmbedding(SIZES, DIM, seed=0))
+    logits = model(*tiny_batch(5))
+    assert logits.shape == (5,) and logits.dtype == tf.float32
+    assert np.isfinite(logits.numpy()).all()
+    empty = model(*tiny_batch(0))
+    assert empty.shape == (0,) and empty.dtype == tf.float32
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(*tiny_batch(0), training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    # an empty batch trains nothing: every gradient exists and is exactly zero (no NaN from 0/0)
+    for grad in grads:
+        values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+        assert values is not None and np.all(tf.convert_to_tensor(values).numpy() == 0)
+
+
+def test_dcnv2_parameter_shapes():
+    model = build_model(tiny_config("dcnv2"), LocalEmbedding(SIZES, DIM, seed=0))
+    cross_in = DIM + len(SIZES) * DIM
+    assert [layer.kernel.shape for layer in model.cross.down] == [(cross_in, 4)] * 3
+    assert [layer.kernel.shape for layer in model.cross.up] == [(4, cross_in)] * 3
+    assert model.top_mlp.dense_layers[0].kernel.shape == (cross_in, 32)
+
+
+def test_same_seed_same_model_and_unique_variable_names():
+    a = build_model(tiny_config(seed=5), LocalEmbedding(SIZES, DIM, seed=5))
+    b = build_model(tiny_config(seed=5), LocalEmbedding(SIZES, DIM, seed=5))
+    for va, vb in zip(a.trainable_variables, b.trainable_variables):
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
+    names = [v.name for v in a.trainable_variables]
+    assert len(set(names)) == len(names), names
+    c = build_model(tiny_config(seed=6), LocalEmbedding(SIZES, DIM, seed=6))
+    assert not np.array_equal(a.top_mlp.dense_layers[0].kernel.numpy(),
+                              c.top_mlp.dense_layers[0].kernel.numpy())
+
+
+@pytest.mark.parametrize("arch", ["dlrm", "dcnv2"])
+@pytest.mark.parametrize("amp,xla", [(False, True), (True, False), (True, True)])
+def test_amp_and_xla_variants_match_float32(arch, amp, xla):
+    reference = build_model(tiny_config(arch), LocalEmbedding(SIZES, DIM, seed=0))
+    variant = build_model(tiny_config(arch), LocalEmbedding(SIZES, DIM, seed=0), amp=amp, xla=xla)
+    batch = tiny_batch(6)
+    expected = reference(*batch).numpy()
+    with tf.GradientTape() as tape:
+        logits = variant(*batch, training=True)
+    assert logits.dtype == tf.float32
+    np.testing.assert_allclose(logits.numpy(), expected, rtol=0.05 if amp else 1e-4,
+                               atol=0.05 if amp else 1e-5)
+    grads = tape.gradient(logits, variant.trainable_variables)
+    for table, grad in zip(variant.embeddings.tables, grads):
+        assert isinstance(grad, tf.IndexedSlices) and grad.values.dtype == tf.float32
+    assert all(v.dtype == tf.float32 for v in variant.trainable_variables)
+    assert variant(*tiny_batch(0)).shape == (0,)
+
+
+def test_dense_variables_exclude_model_parallel_embedding_variables():
+    class ShardedLike(LocalEmbedding):
+        @property
+        def model_parallel_variables(self):
+            return self.tables[:2]
+
+    model = build_model(tiny_config(), ShardedLike(SIZES, DIM, seed=0))
+    dense = {v.ref() for v in model.dense_variables}
+    assert all(t.ref() not in dense for t in model.embeddings.tables[:2])
+    assert all(t.ref() in dense for t in model.embeddings.tables[2:])
+    assert len(model.dense_variables) == len(model.trainable_variables) - 2
+    assert len(model.embedding_variables) == len(SIZES)
+
+
+def test_configuration_errors_are_explained():
+    with pytest.raises(ValueError, match="bottom MLP .* to end in the embedding dim"):
+        build_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(16, 4), top_mlp=(8, 1)),
+                    LocalEmbedding(SIZES, DIM, seed=0))
+    with pytest.raises(ValueError, match="arch"):
+        build_model(ModelConfig(arch="wide", embedding_dim=DIM), LocalEmbedding(SIZES, DIM, seed=0))
+    with pytest.raises(ValueError, match="1 unit"):
+        build_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(DIM,), top_mlp=(8, 2)),
+                    LocalEmbedding(SIZES, DIM, seed=0))
+
+
+def test_amp_computes_in_bfloat16_on_cpu_with_float32_variables():
+    from dlrm.model.precision import compute_dtype, keras_policy, needs_loss_scaling
+
+    assert tf.config.list_logical_devices("GPU") == []  # this suite runs on CPU
+    assert compute_dtype(False) == tf.float32 and keras_policy(False) == "float32"
+    assert compute_dtype(True) == tf.bfloat16 and keras_policy(True) == "mixed_bfloat16"
+    assert not needs_loss_scaling(True) and not needs_loss_scaling(False)
+    model = build_model(tiny_config(), LocalEmbedding(SIZES, DIM, seed=0), amp=True)
+    assert model.dense_dtype == tf.bfloat16
+    assert model.top_mlp.dense_layers[0].compute_dtype == "bfloat16"
+    assert model.top_mlp.dense_layers[0].kernel.dtype == tf.float32
+    assert all(t.dtype == tf.float32 for t in model.embeddings.tables)

@@ -1,0 +1,316 @@
+"""Spark preprocessing (preproc_spark3) against an independent reference, on real Spark (local[2]).
+
+Three tiny generated "days": days 0 and 1 are the training days, day 2 plays day 23 (test/validation).
+One Spark session serves the whole module; pipeline outputs are cached per scenario.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dlrm.data.binary import BatchReader
+from dlrm.data.feature_spec import FeatureSpec
+from preproc_spark3.cli import parse_config
+from preproc_spark3.config import (
+    MalformedInputError,
+    PreprocConfig,
+    PreprocessError,
+    SparkSettings,
+    parse_days,
+    parse_thresholds,
+)
+from preproc_spark3.pipeline import run
+from preproc_spark3.session import spark_conf, start_session
+from preproc_spark3.to_binary import convert_split, part_files
+from tests.support import ROOT
+from tests.support.criteo_raw import MALFORMED_KINDS, write_raw_days
+from tests.support.reference_preprocess import reference_preprocess
+
+pytestmark = pytest.mark.spark
+
+TRAIN_DAYS, EVAL_DAY = (0, 1), 2
+LINES = (300, 260, 201)  # odd evaluation day: test gets the extra line
+MALFORMED_PER_DAY = 6
+MAX_FRACTION = 0.05
+
+# Tiny inputs: the C1 JIT alone warms up 3-4x faster on 2 busy cores (C2 pays off only on big data).
+QUICK_JVM = ("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+
+SCENARIOS = {
+    "T0": dict(threshold="0"),
+    "T2": dict(threshold="2"),
+    # T=5 plus the other options: per-feature overrides, log(x+3), vocabulary over all days.
+    "T5_overrides_log3_alldays": dict(threshold="5,C2:0,C7:3", log_offset=3.0, dictionary_from_all_days=True),
+}
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    return write_raw_days(tmp_path_factory.mktemp("raw"), [0, 1, 2], LINES, seed=5,
+                          malformed_per_day=MALFORMED_PER_DAY)
+
+
+@pytest.fixture(scope="module")
+def raw_dir(raw):
+    return str(raw.paths[0].parent)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = start_session(SparkSettings(master="local[2]", driver_memory="1g", shuffle_partitions=4,
+                                          extra_conf=(QUICK_JVM,)))
+    yield session
+    session.stop()
+
+
+def _config(raw_dir, out_dir, threshold="2", shuffle=False, **options) -> PreprocConfig:
+    return PreprocConfig(raw_dir=raw_dir, out_dir=str(out_dir), thresholds=parse_thresholds(threshold),
+                         train_days=TRAIN_DAYS, eval_day=EVAL_DAY, shuffle=shuffle,
+                         max_malformed_fraction=MAX_FRACTION, conversion_batch_rows=64, **options)
+
+
+@pytest.fixture(scope="module")
+def outputs(spark, raw_dir, tmp_path_factory):
+    """Scenario name -> (config, result), run once per module on first use."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            config = _config(raw_dir, tmp_path_factory.mktemp(name), **SCENARIOS[name])
+            cache[name] = (config, run(config, spark))
+        return cache[name]
+
+    return get
+
+
+def _parquet_split(out_dir, split) -> dict[str, np.ndarray]:
+    tables = [pq.read_table(p) for p in part_files(Path(out_dir) / "parquet" / f"split={split}")]
+    columns = {name: np.concatenate([t.column(name).to_numpy() for t in tables]) for name in tables[0].column_names}
+    return {"label": columns["label"], "day": columns["day"], "line": columns["line"],
+            "numerical": np.stack([columns[f"I{i}"] for i in range(1, 14)], axis=1),
+            "categorical": np.stack([columns[f"C{i}"] for i in range(1, 27)], axis=1)}
+
+
+def _binary_split(out_dir, split) -> dict[str, np.ndarray]:
+    spec = FeatureSpec.load(str(out_dir))
+    batches = list(BatchReader(spec, split, global_batch_size=97, prefetch=0))
+    return {"label": np.concatenate([b.label for b in batches]),
+            "numerical": np.concatenate([b.numerical for b in batches]),
+            "categorical": np.concatenate([b.categorical for b in batches])}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_matches_reference_row_by_row(outputs, raw_dir, scenario):
+    config, result = outputs(scenario)
+    ref = reference_preprocess(raw_dir, TRAIN_DAYS, EVAL_DAY, list(config.thresholds), config.log_offset,
+                               config.dictionary_from_all_days)
+    assert result.cardinalities == ref.cardinalities
+    spec = FeatureSpec.load(config.out_dir)
+    assert spec.cardinalities == ref.cardinalities
+    assert min(ref.cardinalities) >= 1 and max(ref.cardinalities) > 3  # thresholds leave real vocabularies
+    expected_rows = {s: len(ref.splits[s]["label"]) for s in ref.splits}
+    assert result.rows == expected_rows and spec.metadata["num_rows"] == expected_rows
+    assert expected_rows["test"] + expected_rows["validation"] > 0.9 * LINES[2]
+
+    for split, want in ref.splits.items():
+        got = _parquet_split(config.out_dir, split)  # float32 as Spark computed them
+        np.testing.assert_array_equal(got["day"], want["day"])
+        np.testing.assert_array_equal(got["line"], want["line"])
+        np.testing.assert_array_equal(got["label"], want["label"])
+        np.testing.assert_array_equal(got["categorical"], want["categorical"])
+        np.testing.assert_array_equal(got["numerical"], want["numerical"])
+        stored = _binary_split(config.out_dir, split)  # through the data layer (numericals stored as float16)
+        np.testing.assert_array_equal(stored["label"], want["label"])
+        np.testing.assert_array_equal(stored["categorical"], want["categorical"])
+        np.testing.assert_array_equal(stored["numerical"], want["numerical"].astype(np.float16).astype(np.float32))
+    # The eval day is cut by raw line count: first half (incl. the middle line) test, second half validation.
+    assert ref.splits["test"]["line"].max() <= 101 < ref.splits["validation"]["line"].min()
+
+
+def test_threshold_zero_keeps_every_value_and_higher_thresholds_shrink(outputs, raw_dir):
+    _, t0 = outputs("T0")
+    _, t2 = outputs("T2")
+    distinct = reference_preprocess(raw_dir, TRAIN_DAYS, EVAL_DAY, [0] * 26).cardinalities
+    assert t0.cardinalities == distinct
+    assert all(a <= b for a, b in zip(t2.cardinalities, t0.cardinalities))
+    assert sum(t2.cardinalities) < sum(t0.cardinalities)
+
+
+def test_quarantine_lists_every_malformed_line(outputs, raw, raw_dir):
+    config, result = outputs("T2")
+    ref = reference_preprocess(raw_dir, TRAIN_DAYS, EVAL_DAY, list(config.thresholds))
+    lines = Path(config.out_dir, "quarantine.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert records == [{"source_file": q.source_file, "line_number": q.line_number, "kind": q.kind,
+                        "reason": q.reason, "raw_line": q.raw_line} for q in ref.quarantined]
+    assert [(r["source_file"], r["line_number"], r["kind"]) for r in records] == \
+        [(m.file, m.line, m.kind) for m in raw.malformed]
+    summary = result.malformed
+    assert summary.total_lines == sum(LINES) and summary.malformed_lines == 3 * MALFORMED_PER_DAY
+    assert summary.by_kind == dict(Counter(m.kind for m in raw.malformed))
+    assert sorted(summary.by_kind) == sorted(MALFORMED_KINDS)  # the generator injects every kind
+    assert summary.by_file == {f"day_{d}": MALFORMED_PER_DAY for d in (0, 1, 2)}
+    # Nothing dropped silently: good rows + quarantined lines = all lines.
+    assert sum(result.rows.values()) + summary.malformed_lines == sum(LINES)
+    report = json.loads(Path(config.out_dir, "preprocess_report.json").read_text())
+    assert report["malformed"]["malformed_lines"] == 18 and report["rows"] == result.rows
+
+
+def test_too_many_malformed_lines_fail_the_run(spark, raw_dir, tmp_path):
+    config = _config(raw_dir, tmp_path / "out")
+    config.max_malformed_fraction = 0.01  # 18 / 761 = 2.4% are malformed
+    with pytest.raises(MalformedInputError) as failure:
+        run(config, spark)
+    message = str(failure.value)
+    assert "18 of 761 lines malformed" in message and "quarantine.jsonl" in message
+    assert "--max_malformed_fraction" in message and f"{raw_dir}/day_0 line " in message
+    assert (tmp_path / "out" / "quarantine.jsonl").exists()
+    assert not (tmp_path / "out" / "feature_spec.yaml").exists()  # no dataset from a failed run
+    assert not (tmp_path / "out" / "_work").exists()  # the intermediate goes on failure too
+    assert json.loads((tmp_path / "out" / "preprocess_report.json").read_text())["malformed"]["malformed_lines"] == 18
+
+
+def _read_files(out_dir) -> dict[str, bytes]:
+    return {str(p.relative_to(out_dir)): p.read_bytes() for p in sorted(Path(out_dir).glob("*/*.bin"))}
+
+
+def test_shuffle_is_a_deterministic_permutation(spark, outputs, raw_dir, tmp_path):
+    plain_config, _ = outputs("T2")
+    shuffled = _config(raw_dir, tmp_path / "a", shuffle=True, seed=7)
+    run(shuffled, spark)
+    plain, mixed = _parquet_split(plain_config.out_dir, "train"), _parquet_split(shuffled.out_dir, "train")
+    keys_plain = list(zip(plain["day"].tolist(), plain["line"].tolist()))
+    keys_mixed = list(zip(mixed["day"].tolist(), mixed["line"].tolist()))
+    assert keys_mixed != keys_plain and sorted(keys_mixed) == keys_plain  # same rows, other order
+    order = np.lexsort((mixed["line"], mixed["day"]))
+    for name in ("label", "numerical", "categorical"):
+        np.testing.assert_array_equal(mixed[name][order], plain[name])
+    for split in ("test", "validation"):  # evaluation rows keep their order
+        np.testing.assert_array_equal(_parquet_split(shuffled.out_dir, split)["line"],
+                                      _parquet_split(plain_config.out_dir, split)["line"])
+    # Same seed, different partitioning -> byte-identical dataset.
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        run(_config(raw_dir, tmp_path / "b", shuffle=True, seed=7), spark)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", "4")
+    assert _read_files(tmp_path / "a") == _read_files(tmp_path / "b")
+
+
+def test_part_files_are_read_in_part_number_order_and_other_files_skipped(tmp_path):
+    """Spark's part files by their number (not by name: part-100000 comes after part-99999); its marker and
+    checksum files, and a parquet file without a part number, are not rows of the split."""
+    names = ["part-100000-a.snappy.parquet", "part-99999-b.snappy.parquet", "part-00002-c.parquet", "_SUCCESS",
+             ".part-00001-d.parquet.crc", "part-unnumbered.parquet"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert [p.name for p in part_files(tmp_path)] == [names[2], names[1], names[0]]
+
+
+def test_conversion_rejects_rows_out_of_order(tmp_path):
+    """The binary conversion trusts no part-file order it has not checked."""
+    import pyarrow as pa
+
+    split_dir = tmp_path / "parquet" / "split=train"
+    split_dir.mkdir(parents=True)
+    n = 3
+    columns = {"label": pa.array([0.0, 1.0, 0.0], pa.float32()), "shuffle_key": pa.array([0] * n, pa.int64()),
+               "day": pa.array([0] * n, pa.int32()), "line": pa.array([1, 3, 2], pa.int64())}
+    columns.update({f"I{i}": pa.array([0.5] * n, pa.float32()) for i in range(1, 14)})
+    columns.update({f"C{i}": pa.array([1] * n, pa.int32()) for i in range(1, 27)})
+    pq.write_table(pa.table(columns), split_dir / "part-00000-x.c000.snappy.parquet")
+    spec = FeatureSpec.criteo_like([5] * 26, mappings=("train",))
+    with pytest.raises(PreprocessError, match=r"part-00000-x.*: row 2 of split train .*out of order"):
+        convert_split(split_dir, str(tmp_path / "out"), spec, "train", batch_rows=2)
+    assert not (tmp_path / "out" / "train" / "label.bin").exists()  # the writer aborted: nothing published
+
+
+def test_flag_parsing():
+    assert parse_thresholds("15") == (15,) * 26
+    assert parse_thresholds("15,C3:3,C26:0") == (15, 15, 3) + (15,) * 22 + (0,)
+    for bad in ("C3:3", "15,C27:1", "15,X:1", "abc", "15,C3:-1"):
+        with pytest.raises(PreprocessError):
+            parse_thresholds(bad)
+    assert parse_days("0-22") == tuple(range(23)) and parse_days("0,2,5-6") == (0, 2, 5, 6)
+    with pytest.raises(PreprocessError):
+        parse_days("3-1")
+
+
+def test_cli_defaults_are_the_config_defaults(monkeypatch):
+    for name in [n for n in os.environ if n.startswith("PREPROC_") or n == "RAPIDS_PLUGIN_JAR"]:
+        monkeypatch.delenv(name)
+    assert parse_config(["raw", "out"]) == PreprocConfig(raw_dir="raw", out_dir="out")
+    monkeypatch.setenv("PREPROC_SHUFFLE_PARTITIONS", "48")
+    assert parse_config(["raw", "out"]).spark.shuffle_partitions == 48
+    assert parse_config(["raw", "out", "--shuffle_partitions", "8"]).spark.shuffle_partitions == 8
+
+
+def test_bad_environment_value_is_a_usage_error():
+    env = dict(os.environ, PREPROC_SHUFFLE_PARTITIONS="many")
+    done = subprocess.run([sys.executable, "-m", "preproc_spark3", "raw", "out"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=str(ROOT))
+    assert done.returncode == 2, done.stderr
+    assert "--shuffle_partitions: expected a positive integer, got 'many'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_gpu_settings_need_the_rapids_jar(tmp_path):
+    with pytest.raises(PreprocessError, match="RAPIDS Accelerator"):
+        spark_conf(SparkSettings(gpu=True))
+    jar = tmp_path / "rapids-4-spark_2.12-24.08.1.jar"
+    jar.write_bytes(b"")
+    conf = spark_conf(SparkSettings(gpu=True, rapids_jar=str(jar), master="spark://head:7077"))
+    assert conf["spark.plugins"] == "com.nvidia.spark.SQLPlugin" and conf["spark.jars"] == str(jar)
+    assert conf["spark.executor.resource.gpu.amount"] == "1"
+    assert os.access(conf["spark.executor.resource.gpu.discoveryScript"], os.X_OK)
+    assert "spark.plugins" not in spark_conf(SparkSettings())
+
+
+def _script_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "RAPIDS_PLUGIN_JAR"}
+    env["PYTHON"] = sys.executable
+    return env
+
+
+def test_prepare_dataset_gpu_without_jar_is_a_clear_error(raw_dir, tmp_path):
+    done = subprocess.run(["bash", str(ROOT / "prepare_dataset.sh"), raw_dir, str(tmp_path / "out"), "15", "--gpu"],
+                          capture_output=True, text=True, timeout=120, env=_script_env())
+    assert done.returncode == 2
+    assert "GPU mode needs the RAPIDS Accelerator" in done.stderr and "--rapids_jar" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out" / "feature_spec.yaml").exists()
+
+
+@pytest.mark.slow
+def test_prepare_dataset_then_train_with_main(raw_dir, tmp_path):
+    """The shell entry point end to end, then the data layer and main.py consume the result."""
+    out = tmp_path / "dataset"
+    done = subprocess.run(
+        ["bash", str(ROOT / "prepare_dataset.sh"), raw_dir, str(out), "2", "--master", "local[2]",
+         "--driver_memory", "1g", "--shuffle_partitions", "4", "--train_days", "0-1", "--eval_day", "2",
+         "--max_malformed_fraction", "0.05", "--spark_conf", "=".join(QUICK_JVM)],
+        capture_output=True, text=True, timeout=400, env=_script_env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    spec = FeatureSpec.load(str(out))
+    reader = BatchReader(spec, "train", global_batch_size=128, prefetch=0)
+    rows = sum(len(b.label) for b in reader)
+    assert rows == spec.metadata["num_rows"]["train"] == sum(LINES[:2]) - 2 * MALFORMED_PER_DAY
+
+    run_dir = tmp_path / "run"
+    train = subprocess.run(
+        [sys.executable, str(ROOT / "main.py"), "--dataset_path", str(out), "--max_steps", "4",
+         "--global_batch_size", "64", "--valid_batch_size", "128", "--embedding_dim", "8",
+         "--bottom_mlp_dims", "16-8", "--top_mlp_dims", "16-1", "--optimizer", "adagrad", "--learning_rate", "0.05",
+         "--warmup_steps", "0", "--log_every", "1", "--run_dir", str(run_dir), "--intra_op_threads", "2"],
+        capture_output=True, text=True, timeout=400, cwd=str(tmp_path))
+    assert train.returncode == 0, train.stderr[-3000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["loss"] for m in metrics if "loss" in m]
+    assert losses and all(np.isfinite(losses))

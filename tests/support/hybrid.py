@@ -1,0 +1,172 @@
+"""The tiny hybrid-parallel model trained on 1, 2, 3 and 4 ranks: its flags, dataset, memoised launches
+(`python -m tests.workers.hybrid_parallel` under horovodrun, and `main.py` runs), and the comparisons of
+their losses and checkpoints.
+
+One launch per (world size, controller) is paid once per pytest session (`tests.support.multirank.memoised`)
+and read by several tests: tests/integration/test_hybrid_parallel.py, test_sharded_checkpoint.py (restore of
+the N = 3 checkpoint at N = 2 and N = 1), test_resume_sigkill.py (the 3-rank reproducibility run).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dlrm.embedding.optimizer_slots import slots_for_optimizer
+from tests.support.multirank import memoised, run_ranks, run_single, scratch_dir, worker_argv
+
+# Tables: 0 row-sliced (1500 rows > budget of 1300 rows), 1 column-sliced (300 > 250 rows),
+# those of <= 6 rows replicated, the rest table-wise. Row = DIM float32 = 32 bytes.
+CARDINALITIES = [1500, 300, 3, 5, 40, 25, 12, 6, 50, 30, 20, 4, 60, 15, 10, 35, 45, 2, 18, 22, 28, 8, 33,
+                 55, 14, 9]
+DIM = 8
+ROW_BYTES = DIM * 4
+GLOBAL_BATCH = 7
+TRAIN_ROWS = 23  # batches of 7, 7, 7, 2
+STEPS = 4
+OPTIMIZERS = {"sgd": "0.5", "adagrad": "0.1"}
+TOLERANCE = 2e-5  # float32, a few steps: only summation order differs between world sizes
+SEED = 5  # --seed: model initialisation (tables: `initial_table_values`) and data order
+
+
+def train_flags(dataset: str, optimizer: str, run_dir: str, save: str, global_batch: int = GLOBAL_BATCH) -> list:
+    """main.py flags of the equality runs: the same on every world size."""
+    # The planner counts optimizer slots (Adagrad: one accumulator per weight) in table memory.
+    row_bytes = ROW_BYTES * (1 + slots_for_optimizer(optimizer))
+    return ["--dataset_path", dataset, "--embedding_dim", str(DIM), "--bottom_mlp_dims", f"16-{DIM}",
+            "--top_mlp_dims", "16-1", "--optimizer", optimizer, "--learning_rate", OPTIMIZERS[optimizer],
+            "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", str(global_batch),
+            "--valid_batch_size", "64", "--partial_batch", "keep", "--epochs", "1", "--log_every", "1",
+            "--seed", str(SEED), "--intra_op_threads", "1", "--run_dir", run_dir, "--save_checkpoint_path", save,
+            "--rank_memory", str(1300 * row_bytes), "--column_slice_threshold", str(250 * row_bytes),
+            "--replicate_threshold", str(6 * row_bytes)]
+
+
+def without_rank_memory(flags: list) -> list:
+    """The flags for one process: --rank_memory is a per-rank budget, and one process must hold every
+    table, which this budget (sized for several ranks) refuses before allocating."""
+    at = flags.index("--rank_memory")
+    return flags[:at] + flags[at + 2:]
+
+
+def restore_flags(dataset: str, source: str, run_dir: str, save: str) -> list:
+    """Resume the N=3 Adagrad checkpoint (step 4) and train one more step (a new epoch's first batch)."""
+    flags = train_flags(dataset, "adagrad", run_dir, save)
+    return flags + ["--restore_checkpoint_path", source, "--max_steps", str(STEPS + 1)]
+
+
+def continued_flags(dataset: str, run_dir: str, save: str) -> list:
+    """The uninterrupted one-process run that restored runs must match: Adagrad for 5 steps."""
+    return train_flags(dataset, "adagrad", run_dir, save) + ["--max_steps", str(STEPS + 1)]
+
+
+def make_dataset() -> str:
+    from dlrm.data.synthetic import GeneratorParams, generate_dataset
+
+    directory = scratch_dir("hybrid_data_")
+    generate_dataset(directory, CARDINALITIES, TRAIN_ROWS, 32, seed=3,
+                     params=GeneratorParams(zipf_exponent=0.3))  # ids spread over every row range
+    return directory
+
+
+def _dataset() -> str:
+    return memoised("hybrid_dataset", make_dataset)
+
+
+def launch_optimizers(mpi: bool) -> list:
+    """MPI repeats the Gloo runs with the sparse-aware optimizer only (each run costs ~10 s of tracing)."""
+    return ["adagrad"] if mpi else list(OPTIMIZERS)
+
+
+def launch(world: int, mpi: bool = False, restore_from: str | None = None):
+    """Train (and maybe restore) on `world` ranks; returns (RankRun, output directory)."""
+    def go():
+        base = scratch_dir(f"hybrid_{'mpi' if mpi else 'gloo'}{world}_")
+        argv = worker_argv("hybrid_parallel", "ranks", base, _dataset(), ",".join(launch_optimizers(mpi)),
+                           *([restore_from] if restore_from else []))
+        return run_ranks(world, argv, mpi=mpi, timeout=300), base
+    return memoised(("hybrid", world, mpi, restore_from), go)
+
+
+def reference(restore_from: str | None = None):
+    """The one-process run (LocalEmbedding, no launcher) with the same global batch."""
+    def go():
+        base = scratch_dir("hybrid_ref_")
+        argv = worker_argv("hybrid_parallel", "reference", base, _dataset(), ",".join(OPTIMIZERS),
+                           *([restore_from] if restore_from else []))
+        return run_single(argv, timeout=240), base
+    return memoised(("hybrid_ref", restore_from), go)
+
+
+def three_rank_checkpoint() -> str:
+    run, base = launch(3)
+    run.check()
+    return os.path.join(base, "adagrad", "ckpt")
+
+
+def losses(run_dir: str) -> list:
+    from dlrm.train.metrics_log import read_metrics
+
+    records = [r for r in read_metrics(os.path.join(run_dir, "metrics.jsonl")) if r["kind"] == "train"]
+    return [r["loss"] for r in sorted(records, key=lambda r: r["step"])]
+
+
+def checkpoint_arrays(root: str) -> dict:
+    """{name: array} of a checkpoint (whole tables per slot, from its pieces) plus its step and world size."""
+    from dlrm.train import checkpoint
+
+    arrays = checkpoint.read_arrays(root)
+    meta = checkpoint.read_meta(checkpoint.find_checkpoint(root))
+    arrays["meta/step"] = np.array(meta["step"])
+    arrays["meta/world_size"] = np.array(meta["world_size"])
+    return arrays
+
+
+def max_difference(got: dict, want: dict) -> tuple:
+    assert sorted(got) == sorted(want), set(got) ^ set(want)
+    worst = max(((float(np.max(np.abs(got[k] - want[k]), initial=0.0)), k) for k in want
+                 if not k.startswith("meta/")), default=(0.0, None))
+    return worst
+
+
+# ---------------------------------------------------------------- reproducibility with 3+ ranks
+# `main.py` with SGD on the same dataset and plan for 40 steps (10 epochs of 7, 7, 7, 2 rows), a checkpoint
+# every 10 steps. With 2 ranks a + b == b + a, so only 3 or more ranks can show a summation order that
+# changes between runs (docs/hybrid_parallel.md, "Reproducible reductions").
+REPRO_STEPS = 40
+REPRO_CHECKPOINT_EVERY = 10
+
+
+def repro_command(base: str) -> list:
+    """The `main.py` argv (the same on every world size) of the reproducibility runs, writing under `base`."""
+    flags = train_flags(_dataset(), "sgd", base + "/run", base + "/ckpt")
+    return ["main.py", *flags, "--max_steps", str(REPRO_STEPS), "--checkpoint_every", str(REPRO_CHECKPOINT_EVERY),
+            "--keep_checkpoints", "2"]
+
+
+def repro_run(world: int, label: str, env: dict | None = None) -> str:
+    """One memoised, checked launch of `repro_command` on `world` ranks; returns its output directory."""
+    def go():
+        base = scratch_dir(f"repro{world}_{label}_")
+        run_ranks(world, repro_command(base), env=env, timeout=180).check()
+        return base
+    return memoised(("repro", world, label), go)
+
+
+def assert_same_bits(base: str, other: str) -> None:
+    """Final weights (every array of the checkpoint) and every logged loss equal bit for bit."""
+    got, want = checkpoint_arrays(base + "/ckpt"), checkpoint_arrays(other + "/ckpt")
+    assert int(got["meta/step"]) == int(want["meta/step"]) == REPRO_STEPS
+    assert sorted(got) == sorted(want)
+    different = {k: float(np.max(np.abs(got[k] - want[k]))) for k in want if not np.array_equal(got[k], want[k])}
+    assert different == {}, f"{len(different)} arrays differ, largest {max(different.values())}: {sorted(different)}"
+    assert losses(base + "/run") == losses(other + "/run")
+
+
+def repro_single() -> str:
+    """The one-process run of `repro_command` (LocalEmbedding, no launcher)."""
+    def go():
+        base = scratch_dir("repro1_")
+        run_single(without_rank_memory(repro_command(base)), timeout=180).check()
+        return base
+    return memoised(("repro", 1, "single"), go)

@@ -1,0 +1,59 @@
+"""The processes of a multi-rank launch, seen from the test: ranks by pid, their output lines, waiting."""
+import os
+import re
+import time
+
+
+def descendants(pid: int) -> list:
+    """Every process below `pid` (children, their children, ...), read from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def rank_pids(launcher_pid: int) -> dict:
+    """{rank: pid} of the `main.py` processes started by the launcher (HOROVOD_RANK of each)."""
+    pids = {}
+    for pid in descendants(launcher_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        except OSError:
+            continue
+        if cmdline and cmdline[0].endswith(b"python") and any(a.endswith(b"main.py") for a in cmdline) \
+                and b"HOROVOD_RANK" in environ:
+            pids[int(environ[b"HOROVOD_RANK"])] = pid
+    return pids
+
+
+def wait_until(condition, timeout: float, poll: float = 0.2) -> bool:
+    """Poll `condition()` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll)
+    return False
+
+
+RANK_LINE = re.compile(r"^\[(\d+)\]<std(?:err|out)>:(.*)$")
+
+
+def rank_lines(output: str) -> list:
+    """(rank, text) of every line a rank printed under horovodrun (the launcher's own lines excluded:
+    horovodrun itself ends with a traceback of its own whenever a rank exits non-zero)."""
+    return [(int(m.group(1)), m.group(2)) for m in map(RANK_LINE.match, output.splitlines()) if m]

@@ -1,0 +1,1 @@
+"""Programs run on each rank of a multi-rank test: `python -m tests.workers.<name> ...`."""
