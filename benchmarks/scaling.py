@@ -114,7 +114,7 @@ def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
     world = dist.launcher_world().size
     config = parse_config(model_flags(dataset, threads=2 // world))
     configure_tensorflow(config.train)
-    group = dist.init()
+    group = dist.start()
     parts = build_parts(config, dataset, group, with_optimizer=True)
     step = make_train_step(parts)
     batches = []
@@ -127,23 +127,23 @@ def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
     for i in range(3):
         step(*batches[i % len(batches)]).numpy()
     # Every rank must run the same number of steps (each step is collective): rank 0 decides.
-    steps_per_window = dist.broadcast_object(max(1, round(window_seconds / ((time.time() - began) / 3))),
-                                             root_rank=0, name="steps_per_window")
+    steps_per_window = group.broadcast_object(max(1, round(window_seconds / ((time.time() - began) / 3))),
+                                              root_rank=0, name="steps_per_window")
     records, i = [], 0
     for _ in range(windows):
-        dist.barrier()
+        group.barrier()
         began = time.time()
         for _ in range(steps_per_window):
             step(*batches[i % len(batches)]).numpy()
             i += 1
-        dist.barrier()
+        group.barrier()
         ended = time.time()
         steps = steps_per_window
         records.append({"begin_us": began * 1e6, "end_us": ended * 1e6, "steps": steps,
                         "samples_per_sec": steps * GLOBAL_BATCH / (ended - began)})
-    if dist.rank() == 0:
-        plan = getattr(parts.embeddings, "plan", None)
-        Path(out).write_text(json.dumps({"world_size": dist.size(), "windows": records,
+    if group.rank == 0:
+        plan = parts.plan
+        Path(out).write_text(json.dumps({"world_size": group.size, "windows": records,
                                          "plan_kinds": [t.kind for t in plan.tables] if plan else None}))
 
 

@@ -354,31 +354,3 @@ def _divide(grad, world_size: int):
         return tf.IndexedSlices(grad.values / world_size, grad.indices, grad.dense_shape)
     return grad / world_size
 
-
-# --- Transitional module-level API (removed once every caller takes a ProcessGroup) ---------------
-_started: Optional[ProcessGroup] = None
-
-
-def init() -> ProcessGroup:
-    global _started
-    if _started is None:
-        _started = start()
-    return _started
-
-
-def rank() -> int:
-    return init().rank
-
-
-def size() -> int:
-    return init().size
-
-
-def __getattr__(name: str):
-    if name in ("alltoall", "allreduce_sum", "all_ranks_true", "allgather", "broadcast_variables",
-                "broadcast_object", "barrier", "allgather_object", "max_over_ranks",
-                "average_in_fixed_buffers"):
-        return getattr(init(), name)
-    if name == "distributed_tape":
-        return init().averaging_tape
-    raise AttributeError(name)

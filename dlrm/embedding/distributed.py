@@ -6,7 +6,7 @@ and may be 0) and gets [B_local, T, dim] back, exactly like `LocalEmbedding`. In
 1. Routing: for every sharded table and every piece, this rank picks the ids the piece must look up —
    all of them for a whole table or a column slice, only those inside the row range for a row slice —
    and queues (piece key on the owner, local row) for the owner. Sends are grouped by owner rank.
-2. One all-to-all of int32 pairs (key, row) to the owners (`dlrm.dist.alltoall`, uneven splits).
+2. One all-to-all of int32 pairs (key, row) to the owners (the process group's `alltoall`, uneven splits).
 3. Each owner gathers its pieces' rows (`tf.gather` on the shard variable: sparse gradients) and lays
    the vectors out flat, each as wide as its piece (column slices are narrower than whole rows).
 4. One all-to-all of the flat vectors back, in exactly the order the ids were sent.
@@ -15,8 +15,8 @@ and may be 0) and gets [B_local, T, dim] back, exactly like `LocalEmbedding`. In
 Replicated tables are ordinary data-parallel variables looked up locally.
 
 Backward is plain autodiff: the gradient of an all-to-all is the reverse all-to-all, so each shard's
-gradient sums the contributions of every rank's loss; `dlrm.dist.distributed_tape` then divides
-model-parallel gradients by the world size (see docs/contracts.md, "Losses and gradients").
+gradient sums the contributions of every rank's loss; the process group's averaging tape then
+divides model-parallel gradients by the world size (docs/architecture.md, "Loss and gradients").
 
 Every piece starts with `initial_table_values` of its own rectangle, so the sharded model equals the
 single-process `LocalEmbedding` built with the same seed.
@@ -41,13 +41,14 @@ class DistributedEmbedding(EmbeddingCollection):
     """`EmbeddingCollection` whose tables are placed on ranks according to a planner `Plan`."""
 
     def __init__(self, plan: Plan, table_sizes: Optional[Sequence[int]] = None, dim: Optional[int] = None,
-                 seed: int = 0, name: str = "embeddings", group: Optional[dist.ProcessGroup] = None):
-        """`table_sizes` and `dim` default to the plan's; when given they must match it."""
+                 seed: int = 0, name: str = "embeddings", *, group: dist.ProcessGroup):
+        """`table_sizes` and `dim` default to the plan's; when given they must match it. `group`: the
+        run's process group (its rank decides which pieces live here; its all-to-all routes the ids)."""
         table_sizes = [t.rows for t in plan.tables] if table_sizes is None else table_sizes
         super().__init__(table_sizes, plan.dim if dim is None else dim, name=name, dtype="float32")
         self.plan = plan
         self.seed = int(seed)
-        self.group = group if group is not None else dist.init()
+        self.group = group
         self.rank = self.group.rank
         self.world_size = self.group.size
         self._check_plan()

@@ -36,9 +36,9 @@ MPI_HELLO = """\
 import os
 import tensorflow as tf
 from dlrm import dist
-dist.init()
-total = int(dist.allreduce_sum(tf.constant(dist.rank() + 1)).numpy())
-print(dist.rank(), dist.size(), os.environ["SLURMD_NODENAME"], total, flush=True)
+group = dist.start()
+total = int(group.allreduce_sum(tf.constant(group.rank + 1)).numpy())
+print(group.rank, group.size, os.environ["SLURMD_NODENAME"], total, flush=True)
 """
 # Tiny model and data: a 2-rank job takes well under a minute. Flags are given in full because with
 # --dataset_path the trainer uses the reference defaults (batch 65536, ...).

@@ -6,7 +6,7 @@ Gloo N=2, N=3, MPI N=2) so that the horovodrun start-up is paid once; the test
 `test_embedding_layer_matches_local_embedding_in_the_same_launch` asserts its results with
 `assert_layer_results`. With table-wise, column-sliced, row-sliced and replicated tables in one plan
 and an uneven global batch it checks: initial values of every held piece, forward vectors (eager and
-inside tf.function), gradients through `dist.distributed_tape` of the global-mean loss (sparse
+inside tf.function), gradients through the process group's averaging tape of the global-mean loss (sparse
 `IndexedSlices` on the shards), and a batch in which one rank has no rows at all. Each rank takes its
 rows of a batch by the reader's rule (`dlrm.data.binary.rank_slice`).
 """
@@ -50,10 +50,10 @@ def check_layer_against_local() -> dict:
     from dlrm.embedding.distributed import DistributedEmbedding
     from dlrm.embedding.local import LocalEmbedding
 
-    dist.init()
-    rank, world = dist.rank(), dist.size()
+    group = dist.start()
+    rank, world = group.rank, group.size
     plan = demo_plan(world)
-    sharded = DistributedEmbedding(plan, TABLE_SIZES, DIM, SEED)
+    sharded = DistributedEmbedding(plan, TABLE_SIZES, DIM, SEED, group=group)
     reference = LocalEmbedding(TABLE_SIZES, DIM, SEED)
     result = {"rank": rank, "world": world, "kinds": [t.kind for t in plan.tables]}
 
@@ -75,7 +75,7 @@ def check_layer_against_local() -> dict:
             # The contract's per-rank loss: sum over local rows * world / global rows.
             loss = tf.reduce_sum(vectors * weights) * (world if wrap else 1) / global_rows
         if wrap:
-            tape = dist.distributed_tape(tape, layer.model_parallel_variables)
+            tape = group.averaging_tape(tape, layer.model_parallel_variables)
         return vectors, tape.gradient(loss, variables_of(layer))
 
     graph_step = tf.function(lambda ids, w, g: local_loss_and_grads(sharded, ids, w, g, True))

@@ -19,21 +19,21 @@ from tests.support.multirank import write_rank_result
 def main(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
     """One rank of the two-rank tests: check each mapping through the real collective, report the errors
     (rank 1 reads `dataset_of_rank_1` when given, as a node-local copy)."""
-    dist.init()
-    mine = dataset_of_rank_1 if dataset_of_rank_1 and dist.rank() == 1 else dataset
+    group = dist.start()
+    mine = dataset_of_rank_1 if dataset_of_rank_1 and group.rank == 1 else dataset
     found, messages, outcomes, printed = {}, [], [], []
     for mapping in ("train", "test"):
         try:
-            check_mappings(FeatureSpec.load(mine), [mapping], [mapping], rank=dist.rank(), world_size=dist.size(),
-                           gather=dist.allgather_object, threads=cores_per_rank())
+            check_mappings(FeatureSpec.load(mine), [mapping], [mapping], rank=group.rank, world_size=group.size,
+                           gather=group.allgather_object, threads=cores_per_rank())
             outcomes.append("ok")
         except UserError as error:
             outcomes.append(type(error).__name__)
-            printed.append(user_error_text(error, dist.rank(), dist.size()))
+            printed.append(user_error_text(error, group.rank, group.size))
             if isinstance(error, DataError):
                 found[mapping] = [error.file, error.feature, error.row]
                 messages.append(str(error).replace(mine, dataset))
-    write_rank_result(dist.rank(), dict(found, messages=messages, outcomes=outcomes, printed=printed))
+    write_rank_result(group.rank, dict(found, messages=messages, outcomes=outcomes, printed=printed))
 
 
 if __name__ == "__main__":
