@@ -471,6 +471,7 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
                 raise _stop(agreed, step, checkpoints, log) from None
             loss = float(train_step(batch.numerical, batch.categorical, batch.label,
                                     np.float32(batch.global_rows)))
+            batch.release()  # the step is done with the arrays: the reader decodes a later batch into them
             step += 1
             window_rows += batch.global_rows
             window_loss += loss
