@@ -50,31 +50,43 @@ def pooled_output_sets(prefetch: int, threads: int) -> int:
 
 
 class BatchBuffers:
-    """Output arrays for a reader's batches: released sets wait here (at most `keep`) for the next
-    batch of their size; without one, a new set is allocated."""
+    """Output arrays for a reader's batches: up to `keep` sets in a fixed order. A batch takes the
+    first released set of its size (so the same few sets take turns and stay in the CPU cache), else
+    a new one, which replaces the oldest in the pool when the pool is full (whoever holds the old set
+    keeps it; the pool forgets it, so batches kept for long never starve the pool)."""
 
     def __init__(self, num_numerical: int, num_categorical: int, keep: int):
         self._widths = (num_numerical, num_categorical)
         self._keep = keep
-        self._free: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (label, numerical, categorical)
+        self._sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (label, numerical, categorical)
+        self._released: list[bool] = []
+        self._oldest = 0
         self._lock = threading.Lock()  # prefetch workers take sets while the consumer releases them
 
     def take(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(label [rows], numerical [rows, F], categorical [rows, T]) that no batch in use holds."""
         with self._lock:
-            for k, arrays in enumerate(self._free):
-                if arrays[0].shape[0] == rows:
-                    return self._free.pop(k)
-        numerical, categorical = self._widths
-        return (np.empty(rows, dtype=np.float32), np.empty((rows, numerical), dtype=np.float32),
-                np.empty((rows, categorical), dtype=np.int32))
+            for k, arrays in enumerate(self._sets):
+                if self._released[k] and arrays[0].shape[0] == rows:
+                    self._released[k] = False
+                    return arrays
+            numerical, categorical = self._widths
+            arrays = (np.empty(rows, dtype=np.float32), np.empty((rows, numerical), dtype=np.float32),
+                      np.empty((rows, categorical), dtype=np.int32))
+            if len(self._sets) < self._keep:
+                self._sets.append(arrays)
+                self._released.append(False)
+            elif self._keep:
+                self._sets[self._oldest], self._released[self._oldest] = arrays, False
+                self._oldest = (self._oldest + 1) % self._keep
+            return arrays
 
     def give_back(self, batch: Batch) -> None:
-        """Keep a released batch's arrays for reuse (the oldest kept set goes when there are too many)."""
+        """Mark a released batch's arrays free for a later batch (if the pool still has them)."""
         with self._lock:
-            self._free.append((batch.label, batch.numerical, batch.categorical))
-            if len(self._free) > self._keep:
-                self._free.pop(0)
+            for k, arrays in enumerate(self._sets):
+                if arrays[0] is batch.label:
+                    self._released[k] = True
 
 
 def kernel_view(label: np.ndarray, numerical: np.ndarray, categorical: np.ndarray) -> BatchArrays:

@@ -18,7 +18,7 @@ NO_ERROR = (-1, -1, -1)  # (kind, column, row) when every value is good
 
 # Rows per block of the categorical kernel. Longer blocks read each id file in longer sequential
 # runs; shorter ones keep the scratch (tables x rows int32: 426 KB for 26 tables at 4,096 rows) in
-# L2 for the transpose (see benchmarks/results/ for the measurements). The scratch rows are padded so
+# L2 for the transpose (measurements: docs/data.md). The scratch rows are padded so
 # their stride is not a multiple of 4 KiB (eight loads 4 KiB apart would all hit one L1 cache set).
 CATEGORICAL_BLOCK_ROWS = 4096
 SCRATCH_PAD = 16

@@ -36,9 +36,12 @@ def _first_bad_label(labels):
 @numba.njit(nogil=True, cache=True)
 def decode_label(src, out):
     """bool bytes -> float32; returns the first index whose byte is not 0 or 1, else -1."""
+    acc = np.uint8(0)
     for i in range(src.shape[0]):
-        out[i] = src[i]
-    return _first_bad_label(src)
+        v = src[i]
+        acc |= v
+        out[i] = v
+    return _first_bad_label(src) if acc > 1 else -1
 
 
 @numba.njit(nogil=True, cache=True)
