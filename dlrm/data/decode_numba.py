@@ -1,7 +1,7 @@
 """Compiled (numba) decode and check kernels: the fast implementations of `dlrm.data.decode.Kernels`.
 
-Why compiled: numpy's float16 -> float32 cast (~2 ns/value) and its strided column scatter with a
-cast (~1 ns/value) cost several times the raw read of the same bytes. These loops read straight
+Why compiled: numpy's float16 -> float32 cast and its strided column scatter with a cast cost
+several times the raw read of the same bytes. These loops read straight
 from the file mappings, convert and check in one pass and release the GIL, so the prefetch threads
 overlap the training step. `dlrm.data.decode_numpy` holds the plain numpy version of each kernel:
 same arguments, same results.
