@@ -126,6 +126,7 @@ def reader_window(spec: FeatureSpec, batch: int, threads: int, seconds: float, p
             reader = BatchReader(spec, "train", batch, prefetch=prefetch, threads=threads)
         for b in reader:
             rows += b.label.shape[0]
+            b.release()  # as the trainer does after its step
         elapsed = time.perf_counter() - started
         if elapsed >= seconds:
             return rows * record, elapsed

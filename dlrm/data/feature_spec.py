@@ -14,13 +14,12 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import yaml
 
 from dlrm.atomic import write_text_atomically
-
 from dlrm.data.errors import SpecError
 
 SPEC_FILE_NAME = "feature_spec.yaml"
@@ -60,9 +59,9 @@ class BinaryChunk:
 
 @dataclass
 class FeatureSpec:
-    feature_spec: dict
-    source_spec: dict
-    channel_spec: dict
+    feature_spec: Any  # the three parts as loaded from YAML: `validate()` checks their structure
+    source_spec: Any
+    channel_spec: Any
     metadata: dict = field(default_factory=dict)
     # Directory the file paths are relative to (where feature_spec.yaml lives); not saved.
     base_directory: Optional[str] = None
@@ -187,12 +186,13 @@ class FeatureSpec:
 
     def _binary_chunks_unchecked(self, mapping: str) -> list[BinaryChunk]:
         by_first_feature = {chunk["features"][0]: chunk for chunk in self.source_spec[mapping]}
-        order = [self.label_name] + self.numerical_names[:1] + self.categorical_names
+        order = ([(self.label_name, LABEL_CHANNEL)] + [(name, NUMERICAL_CHANNEL) for name in self.numerical_names[:1]]
+                 + [(name, CATEGORICAL_CHANNEL) for name in self.categorical_names])
         chunks = []
-        for first in order:
+        for first, channel in order:
             raw = by_first_feature[first]
-            chunks.append(BinaryChunk(self.resolve(raw["files"][0]), self.channel_of(first),
-                                      tuple(raw["features"]), self.dtype(first)))
+            chunks.append(BinaryChunk(self.resolve(raw["files"][0]), channel, tuple(raw["features"]),
+                                      self.dtype(first)))
         return chunks
 
     def num_rows(self, mapping: str) -> int:
@@ -358,7 +358,9 @@ def file_problems(spec: FeatureSpec, mapping: str) -> list[str]:
         rows.append((chunk, size // chunk.record_bytes))
     expected_rows = (spec.metadata.get("num_rows") or {}).get(mapping)
     reference = "metadata.num_rows"
-    if expected_rows is None and rows:
+    if expected_rows is None:
+        if not rows:
+            return p
         expected_rows, reference = rows[0][1], f"file {rows[0][0].path}"
     for chunk, n in rows:
         if n != expected_rows:

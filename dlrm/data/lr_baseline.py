@@ -14,9 +14,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dlrm import argtypes
-from dlrm.metrics import exact_auc
 from dlrm.data.binary import Batch, BatchReader
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.metrics import exact_auc
 
 
 def _load(spec: FeatureSpec, mapping: str, limit: Optional[int]) -> Batch:

@@ -24,16 +24,16 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
 from dlrm import argtypes
-from dlrm.errors import UserError
-from dlrm.metrics import exact_auc, log_loss_from_logits
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.errors import UserError
+from dlrm.metrics import exact_auc, log_loss_from_logits
 
 GENERATOR_VERSION = 1
 BLOCK_ROWS = 1 << 17  # rows per independently seeded block (part of the determinism contract)
@@ -65,8 +65,8 @@ class ClickModel:
     first_order: list[np.ndarray]  # per table: weights of ids 0..head (last entry 0 = any tail id)
     pairs: list[tuple[int, int]]
     vectors: dict[int, np.ndarray] = field(default_factory=dict)  # table -> [head+2, latent_dim]
-    numerical_weights: np.ndarray = None  # [num_numerical]
-    numerical_center: np.ndarray = None  # [num_numerical]
+    numerical_weights: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [num_numerical]
+    numerical_center: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [num_numerical]
     bias: float = 0.0
 
     def _head_index(self, table: int, ids: np.ndarray) -> np.ndarray:
@@ -172,7 +172,8 @@ def build_click_model(cardinalities: Sequence[int], num_numerical: int, seed: in
         first_order.append(w)
     candidates = [t for t, c in enumerate(cards) if c >= 3]
     all_pairs = [(p, q) for i, p in enumerate(candidates) for q in candidates[i + 1:]]
-    chosen = rng.choice(len(all_pairs), size=min(params.num_pairs, len(all_pairs)), replace=False) if all_pairs else []
+    chosen: Iterable[int] = (rng.choice(len(all_pairs), size=min(params.num_pairs, len(all_pairs)), replace=False)
+                             if all_pairs else [])
     pairs = sorted(all_pairs[int(i)] for i in chosen)
     vectors = {}
     for t in sorted({t for pair in pairs for t in pair}):

@@ -20,8 +20,8 @@ import numpy as np
 from dlrm.data import decode
 from dlrm.data.binary import MappedFiles, rank_slice
 from dlrm.data.errors import DataError, MappingTooSmall
-from dlrm.errors import PeerRankFailed
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.errors import PeerRankFailed
 
 # Gathers one small JSON-like object per rank and returns them in rank order, on every rank.
 Gather = Callable[[object], list]
@@ -46,10 +46,11 @@ def check_mappings(spec: FeatureSpec, mappings: Sequence[str], scored: Sequence[
                  for m in mappings]
     except (DataError, OSError) as error:  # e.g. node-local copies that differ: the others must hear of it
         failure = error if isinstance(error, DataError) else DataError(f"cannot read: {error}", error.filename)
-    shares = gather([failure is not None, local]) if world_size > 1 else [[failure is not None, local]]
+    shares = gather([failure is not None, local]) if gather is not None and world_size > 1 \
+        else [[failure is not None, local]]
     failed = [r for r, (did_fail, _) in enumerate(shares) if did_fail]
     if failed:
-        if rank != failed[0]:
+        if rank != failed[0] or failure is None:  # the lowest failing rank has its own failure
             raise PeerRankFailed(failed[0])
         failure.on_every_rank = len(failed) == world_size  # all saw it: rank 0 says it once; else this rank
         raise failure
@@ -78,7 +79,7 @@ def _check_share(files: MappedFiles, rank: int, world_size: int, values: bool, c
     begin, end = rank_slice(files.num_rows, rank, world_size)
     if values:
         return files.check_rows(begin, end, threads)
-    positives = int(np.count_nonzero(files.sources.label_src[begin:end])) if count_labels else 0
+    positives = int(np.count_nonzero(files.sources.label[begin:end])) if count_labels else 0
     return positives, decode.NO_ERROR
 
 

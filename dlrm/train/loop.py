@@ -167,6 +167,7 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
             except stopping.StopAgreed as agreed:
                 raise _stop(agreed, step, checkpoints, log) from None
             loss = float(train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows)))
+            batch.release()  # the step is done with the arrays: the reader decodes a later batch into them
             step += 1
             window.add(batch.global_rows, loss)
             if not math.isfinite(loss):

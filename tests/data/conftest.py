@@ -9,5 +9,5 @@ def decode_kernels(request, monkeypatch):
     from dlrm.data import decode
 
     machine, features = ("x86_64", {"f16c": True}) if request.param == "compiled" else ("aarch64", {})
-    monkeypatch.setattr(decode, "decode_rows", decode.select_kernels(machine, features))
+    monkeypatch.setattr(decode, "host_kernels", lambda: decode.select_kernels(machine, features))
     return request.param

@@ -13,7 +13,7 @@ from tests.support.datasets import CARDS, make_dataset, random_rows
 def test_kernel_selection():
     from dlrm.data import decode
 
-    compiled, portable = decode.compiled_decode_rows, decode.numpy_decode_rows
+    compiled, portable = decode.NUMBA, decode.NUMPY
     assert decode.select_kernels("x86_64", {"f16c": True}) == compiled
     assert decode.select_kernels("x86_64", {"f16c": False}) == portable
     assert decode.select_kernels("aarch64", {}) == portable
@@ -161,23 +161,22 @@ def test_numpy_kernels_report_the_same_first_bad_position():
     columns[1][decode.CATEGORICAL_BLOCK_ROWS + 9] = 10  # same block, later row, lower table
     columns[2][decode.CATEGORICAL_BLOCK_ROWS + 7] = 300  # same row, a lower table: reported
     columns[0][2 * decode.CATEGORICAL_BLOCK_ROWS] = 10  # last block
-    args = ((columns[0], columns[1]), np.array([0, 1]), (columns[2],), np.array([2]), (columns[3],), np.array([3]))
+    sources = decode.row_sources(np.zeros(n, np.uint8), None, 0, columns, cards)
     results = []
-    for kernel in (decode.compiled_decode_categorical, decode.numpy_decode_categorical):
+    for kernel in (decode.NUMBA.decode_categorical, decode.NUMPY.decode_categorical):
         wide = np.empty((4, decode.CATEGORICAL_BLOCK_ROWS + decode.SCRATCH_PAD), np.int32)
-        results.append(kernel(*args, cards, 0, wide, np.empty((n, 4), np.int32)))
+        results.append(kernel(sources, 0, wide, np.empty((n, 4), np.int32)))
         # from file row 5 on: the bad rows are 5 rows earlier in the output
-        results.append(kernel(*args, cards, 5, wide, np.empty((n - 5, 4), np.int32)))
+        results.append(kernel(sources, 5, wide, np.empty((n - 5, 4), np.int32)))
     assert results[0] == results[2] == (2, decode.CATEGORICAL_BLOCK_ROWS + 7)
     assert results[1] == results[3] == (2, decode.CATEGORICAL_BLOCK_ROWS + 2)
     halves = np.ones(40, np.float16)
     halves[[21, 33]] = [np.inf, np.nan]
     singles = np.ones(40, np.float32)
     singles[[17, 30]] = [np.nan, -np.inf]
-    single = lambda src, _, out: decode.decode_single(src, out)  # noqa: E731 (same arguments as the others)
-    for source, first_bad, compiled in ((halves.view(np.uint16), 21, decode.compiled_decode_half),
-                                        (singles.view(np.uint32), 17, single)):
-        for kernel in (compiled, decode.numpy_decode_numerical):
+    for source, first_bad, kind in ((halves.view(np.uint16), 21, "decode_half"),
+                                    (singles.view(np.uint32), 17, "decode_single")):
+        for kernels in (decode.NUMBA, decode.NUMPY):
             out = np.empty(40, np.uint32)
-            assert kernel(source, decode.HALF_TO_FLOAT_BITS, out) == first_bad
+            assert getattr(kernels, kind)(source, out) == first_bad
             np.testing.assert_array_equal(out.view(np.float32), source.view(f"f{source.itemsize}").astype(np.float32))

@@ -131,8 +131,8 @@ def test_rows_split_over_decode_threads(dataset, monkeypatch):
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_held_batches_are_never_overwritten(dataset, threads):
-    """Output arrays are reused only once nothing refers to them: held batches and views keep theirs
-    (with three prefetch workers taking sets from the pool at once, too)."""
+    """Output arrays are reused only once released: held batches and views keep theirs (with three
+    prefetch workers taking sets from the pool at once, too)."""
     spec, _ = dataset
     reader = BatchReader(spec, "train", 4, prefetch=2, threads=threads)
     expected = [reader.read_batch(i).categorical.copy() for i in range(len(reader))]
@@ -143,14 +143,20 @@ def test_held_batches_are_never_overwritten(dataset, threads):
             held.append(batch)
         elif batch.index % 3 == 1:
             views.append((batch.index, batch.categorical[1:]))
+        else:
+            batch.release()
     for batch in held:
         np.testing.assert_array_equal(batch.categorical, expected[batch.index])
     for index, view in views:
         np.testing.assert_array_equal(view, expected[index][1:])
-    assert len(addresses) < len(reader)  # the batches dropped (index % 3 == 2) gave their arrays back
-    # batches the consumer drops are reused: inline, two sets alternate (+1 for the smaller last batch)
+    assert len(addresses) < len(reader)  # the batches released (index % 3 == 2) gave their arrays back
+    # released batches are reused: inline, one set serves every batch (+1 for the smaller last batch)
     inline = BatchReader(spec, "train", 4, prefetch=0)
-    assert len({b.categorical.ctypes.data for b in inline}) <= 3 < len(inline)
+    addresses = set()
+    for batch in inline:
+        addresses.add(batch.categorical.ctypes.data)
+        batch.release()
+    assert len(addresses) <= 2 < len(inline)
 
 
 def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, monkeypatch):

@@ -1,0 +1,102 @@
+"""Plain numpy versions of the decode and check kernels: the reference for the compiled ones.
+
+Each function takes the same arguments and returns the same result as its namesake in
+`dlrm.data.decode_numba` (the scratch arguments are unused here), and writes the same bits. They
+define what a kernel does; the reader uses them where the compiled decode cannot run (see
+`dlrm.data.decode.select_kernels`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from dlrm.data.decode_arrays import (
+    CATEGORICAL,
+    LABEL,
+    NO_ERROR,
+    NUMERICAL,
+    BatchArrays,
+    RowSources,
+    earliest,
+    id_groups,
+)
+
+
+def _first(mask: np.ndarray) -> int:
+    found = np.flatnonzero(mask)
+    return int(found[0]) if found.size else -1
+
+
+def decode_label(src: np.ndarray, out: np.ndarray) -> int:
+    """bool bytes -> float32; returns the first index whose byte is not 0 or 1, else -1."""
+    out[:] = src
+    return _first(src > 1)
+
+
+def decode_half(src: np.ndarray, out_bits: np.ndarray) -> int:
+    """float16 bit patterns -> float32 bit patterns; returns the first inf/NaN index, else -1."""
+    out_bits[:] = src.view(np.float16).astype(np.float32).view(np.uint32)
+    return _first((src & 0x7C00) == 0x7C00)
+
+
+def decode_single(src: np.ndarray, out_bits: np.ndarray) -> int:
+    """float32 bit patterns -> the same bits; returns the first inf/NaN index, else -1."""
+    out_bits[:] = src
+    return _first((src & 0x7F800000) == 0x7F800000)
+
+
+def decode_categorical(sources: RowSources, first: int, wide, out: np.ndarray) -> tuple[int, int]:
+    """File rows first .. first + len(out) of the id columns -> out int32 [rows, tables]; (table, row
+    of out) of the first id outside [0, cardinality) in row-major order, else (-1, -1)."""
+    rows = slice(first, first + out.shape[0])
+    for cols, targets in id_groups(sources):
+        for col, j in zip(cols, targets):  # an empty group's dummy column has no target: skipped
+            out[:, j] = col[rows]
+    bad_rows, bad_tables = np.nonzero((out < 0) | (out >= sources.cards))  # row-major order
+    return (int(bad_tables[0]), int(bad_rows[0])) if bad_rows.size else (-1, -1)
+
+
+def _bad_numerical(sources: RowSources, lo: int, hi: int) -> tuple[int, int, int]:
+    width = sources.width
+    values = sources.half if sources.half.size else sources.single
+    special = 0x7C00 if sources.half.size else 0x7F800000
+    bad = _first((values[lo * width:hi * width] & special) == special)
+    return (NUMERICAL, bad % width, lo + bad // width) if bad >= 0 else NO_ERROR
+
+
+def _bad_id(sources: RowSources, lo: int, hi: int) -> tuple[int, int, int]:
+    ids = np.zeros((hi - lo, sources.cards.shape[0]), np.int64)
+    for cols, targets in id_groups(sources):
+        for col, j in zip(cols, targets):
+            ids[:, j] = col[lo:hi]
+    bad_rows, bad_tables = np.nonzero((ids < 0) | (ids >= sources.cards))
+    return (CATEGORICAL, int(bad_tables[0]), lo + int(bad_rows[0])) if bad_rows.size else NO_ERROR
+
+
+def check_block(sources: RowSources, lo: int, hi: int) -> tuple[int, int, int, int]:
+    """Check file rows [lo, hi) without decoding: (kind, column, file row) of the earliest bad value
+    (kinds LABEL < NUMERICAL < CATEGORICAL within a row) or NO_ERROR, and the positive labels."""
+    labels = sources.label[lo:hi]
+    bad = _first(labels > 1)
+    found = [(LABEL, 0, lo + bad) if bad >= 0 else NO_ERROR, _bad_numerical(sources, lo, hi),
+             _bad_id(sources, lo, hi)]
+    return (*earliest(found), int(labels.sum(dtype=np.int64)))
+
+
+def decode_part(sources: RowSources, first: int, lo: int, hi: int, wide, out: BatchArrays) -> tuple[int, int, int]:
+    """Batch rows [lo, hi) (file rows first + lo .. first + hi) into `out`; (kind, column, batch row)
+    of the earliest bad value, else NO_ERROR."""
+    width = sources.width
+    decode_label(sources.label[first + lo:first + hi], out.label[lo:hi])
+    numerical = slice((first + lo) * width, (first + hi) * width)
+    if sources.half.size:
+        decode_half(sources.half[numerical], out.numerical_bits[lo * width:hi * width])
+    else:
+        decode_single(sources.single[numerical], out.numerical_bits[lo * width:hi * width])
+    decode_categorical(sources, first + lo, wide, out.categorical[lo:hi])
+    kind, column, row, _ = check_block(sources, first + lo, first + hi)
+    return (kind, column, row - first) if kind >= 0 else NO_ERROR
+
+
+def decode_rows(sources: RowSources, first: int, parts: int, wides, out: BatchArrays) -> tuple[int, int, int]:
+    """Decode len(out.label) rows from file row `first` on the calling thread (`parts`, `wides` unused)."""
+    return decode_part(sources, first, 0, out.label.shape[0], None, out)
