@@ -28,11 +28,7 @@ Writes benchmarks/results/loader.json and benchmarks/results/loader.md.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
-import statistics
 import sys
 import threading
 import time
@@ -43,7 +39,16 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.machine import cpu_flags, cpu_model, write_table  # noqa: E402
+from benchmarks.machine import (  # noqa: E402
+    alternate_windows,
+    command_line,
+    machine_facts,
+    medians,
+    ratios,
+    utc_now,
+    write_json,
+    write_table,
+)
 from dlrm.config import DataConfig  # noqa: E402
 from dlrm.data.binary import BatchReader, pooled_output_sets  # noqa: E402
 from dlrm.data.criteo import preset_cardinalities  # noqa: E402
@@ -194,11 +199,7 @@ def floor_window(spec: FeatureSpec, batch: int, seconds: float, threads: int = 2
             return total * sum(c.record_bytes for c in chunks), elapsed
 
 
-def machine() -> dict:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "cpu": cpu_model(), "flags": cpu_flags()}
-
-
-def main(argv=None) -> int:
+def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=os.path.join(ROOT, "data", "bench_loader"))
     parser.add_argument("--preset", default="tiny")
@@ -207,87 +208,105 @@ def main(argv=None) -> int:
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--window_seconds", type=float, default=10.0)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    spec = ensure_dataset(args.data, args.preset, args.rows)
-    paths = mapping_files(spec, "train")
-    file_bytes = sum(os.path.getsize(p) for p in paths)
-    record = file_bytes // args.rows
-    window = args.window_seconds
-    runs = {  # name -> one window: (bytes consumed, seconds)
+
+def variants(spec: FeatureSpec, paths: list, batch: int, window: float) -> dict:
+    """name -> one timed window of that variant, returning (bytes consumed, seconds)."""
+    return {
         "raw_1_stream": lambda: raw_read_window(paths, window, 1),
         "raw_2_streams": lambda: raw_read_window(paths, window, 2),
-        "reader_1_thread": lambda: reader_window(spec, args.batch, 1, window),
-        "reader_2_threads": lambda: reader_window(spec, args.batch, 2, window),
-        "reader_2_threads_inline": lambda: reader_window(spec, args.batch, 2, window, prefetch=0),
-        "reader_2_threads_fresh_mappings": lambda: reader_window(spec, args.batch, 2, window, fresh_mappings=True),
-        "floor_2_threads": lambda: floor_window(spec, args.batch, window),
-        f"floor_2_threads_{READER_SETS}_output_sets": lambda: floor_window(spec, args.batch, window,
+        "reader_1_thread": lambda: reader_window(spec, batch, 1, window),
+        "reader_2_threads": lambda: reader_window(spec, batch, 2, window),
+        "reader_2_threads_inline": lambda: reader_window(spec, batch, 2, window, prefetch=0),
+        "reader_2_threads_fresh_mappings": lambda: reader_window(spec, batch, 2, window, fresh_mappings=True),
+        "floor_2_threads": lambda: floor_window(spec, batch, window),
+        f"floor_2_threads_{READER_SETS}_output_sets": lambda: floor_window(spec, batch, window,
                                                                           output_sets=READER_SETS),
     }
-    # warm-up: page cache, numba compilation, allocator
-    raw_read_window(paths, 0.0)
-    reader_window(spec, args.batch, 1, 0.0)
-    reader_window(spec, args.batch, 2, 0.0)
-    floor_window(spec, args.batch, 0.0)
 
-    variants = {name: [] for name in runs}
-    load = {name: [] for name in variants}
-    cpu_ms_per_batch = {name: [] for name in variants}  # process CPU time per batch's worth of bytes
-    batch_bytes = args.batch * record
-    for _ in range(args.windows):
-        for name, run in runs.items():
-            load[name].append(os.getloadavg()[0])
-            cpu = time.process_time()
-            nbytes, secs = run()
-            cpu_ms_per_batch[name].append((time.process_time() - cpu) * 1e3 * batch_bytes / nbytes)
-            variants[name].append(nbytes / secs)
-    median = {name: statistics.median(v) for name, v in variants.items()}
-    readers = [name for name in variants if name.startswith(("reader", "floor"))]
-    best_raw = [max(a, b) for a, b in zip(variants["raw_1_stream"], variants["raw_2_streams"])]
-    ratios = {name: [r / w for r, w in zip(variants[name], variants["raw_1_stream"])] for name in readers}
-    ratios_best = {name: [r / w for r, w in zip(variants[name], best_raw)] for name in readers}
-    result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python benchmarks/loader.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": machine(),
+
+def warm_up(spec: FeatureSpec, paths: list, batch: int) -> None:
+    """Page cache, numba compilation, allocator."""
+    raw_read_window(paths, 0.0)
+    reader_window(spec, batch, 1, 0.0)
+    reader_window(spec, batch, 2, 0.0)
+    floor_window(spec, batch, 0.0)
+
+
+def measure(runs: dict, windows: int, batch_bytes: int) -> tuple:
+    """Alternating windows: (bytes/s, load average, CPU ms per batch's worth of bytes), each name -> list."""
+    timed = alternate_windows(runs, windows)
+    speed = {name: [w.value[0] / w.value[1] for w in ws] for name, ws in timed.items()}
+    load = {name: [w.load_average for w in ws] for name, ws in timed.items()}
+    cpu_ms = {name: [w.cpu_seconds * 1e3 * batch_bytes / w.value[0] for w in ws] for name, ws in timed.items()}
+    return speed, load, cpu_ms
+
+
+def report(args: argparse.Namespace, argv, record: int, file_bytes: int, speed: dict, load: dict,
+           cpu_ms: dict) -> dict:
+    median = medians(speed)
+    readers = [name for name in speed if name.startswith(("reader", "floor"))]
+    best_raw = [max(a, b) for a, b in zip(speed["raw_1_stream"], speed["raw_2_streams"])]
+    to_raw = {name: ratios(speed[name], speed["raw_1_stream"]) for name in readers}
+    to_best = {name: ratios(speed[name], best_raw) for name in readers}
+    return {
+        "date": utc_now(),
+        "command": command_line("benchmarks/loader.py", argv),
+        "machine": machine_facts(),
         "dataset": {"preset": args.preset, "rows": args.rows, "record_bytes": record, "file_bytes": file_bytes},
         "global_batch": args.batch, "windows": args.windows, "window_seconds": args.window_seconds,
-        "bytes_per_second": variants, "median_bytes_per_second": median,
+        "bytes_per_second": speed, "median_bytes_per_second": median,
         "median_samples_per_second": {name: v / record for name, v in median.items()},
         "load_average_1min_per_window": load,
-        "cpu_ms_per_batch_per_window": cpu_ms_per_batch,
-        "median_cpu_ms_per_batch": {name: statistics.median(v) for name, v in cpu_ms_per_batch.items()},
-        "ratio_to_raw_1_stream_per_window": ratios,
-        "median_ratio_to_raw_1_stream": {name: statistics.median(r) for name, r in ratios.items()},
-        "ratio_to_best_raw_per_window": ratios_best,
-        "median_ratio_to_best_raw": {name: statistics.median(r) for name, r in ratios_best.items()},
+        "cpu_ms_per_batch_per_window": cpu_ms,
+        "median_cpu_ms_per_batch": medians(cpu_ms),
+        "ratio_to_raw_1_stream_per_window": to_raw,
+        "median_ratio_to_raw_1_stream": medians(to_raw),
+        "ratio_to_best_raw_per_window": to_best,
+        "median_ratio_to_best_raw": medians(to_best),
         "target_ratio": 0.70,
     }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "loader.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    table = [f"Loader benchmark ({result['date']}, {result['machine'].get('cpu', '?')}, "
-             f"{result['machine']['cpus']} cores; preset {args.preset}, {args.rows:,} rows x {record} B, "
-             f"global batch {args.batch:,}; median of {args.windows} alternating {args.window_seconds:g}-s windows)",
+
+
+def table(result: dict) -> list:
+    """The markdown report of `result`."""
+    args, record = result["dataset"], result["dataset"]["record_bytes"]
+    median, to_raw = result["median_bytes_per_second"], result["ratio_to_raw_1_stream_per_window"]
+    lines = [f"Loader benchmark ({result['date']}, {result['machine'].get('cpu', '?')}, "
+             f"{result['machine']['cpus']} cores; preset {args['preset']}, {args['rows']:,} rows x {record} B, "
+             f"global batch {result['global_batch']:,}; median of {result['windows']} alternating "
+             f"{result['window_seconds']:g}-s windows)",
              "", "| variant | MB/s | samples/s | ratio to raw 1 stream | ratio to best raw | CPU ms per batch | "
              "load avg (1 min) per window |", "|---|---:|---:|---:|---:|---:|---|"]
-    for name in variants:
-        if name in readers:
+    for name in median:
+        if name in to_raw:
             ratio = f"{result['median_ratio_to_raw_1_stream'][name]:.2f}"
             best = f"{result['median_ratio_to_best_raw'][name]:.2f}"
         else:
             ratio, best = ("1.00" if name == "raw_1_stream" else "-"), "-"
-        loads = ", ".join(f"{v:.1f}" for v in load[name])
-        cpu_ms = statistics.median(cpu_ms_per_batch[name])
-        table.append(f"| {name.replace('_', ' ')} | {median[name] / 1e6:,.0f} | {median[name] / record:,.0f} | "
-                     f"{ratio} | {best} | {cpu_ms:.2f} | {loads} |")
-    for name in readers:
-        table.append("")
-        table.append(f"Per-window ratios, {name.replace('_', ' ')} / raw 1 stream: "
-                     + ", ".join(f"{r:.2f}" for r in ratios[name]))
-    table += ["", f"Command: `{result['command'].strip()}`"]
-    write_table(os.path.join(args.out, "loader.md"), table)
+        loads = ", ".join(f"{v:.1f}" for v in result["load_average_1min_per_window"][name])
+        lines.append(f"| {name.replace('_', ' ')} | {median[name] / 1e6:,.0f} | {median[name] / record:,.0f} | "
+                     f"{ratio} | {best} | {result['median_cpu_ms_per_batch'][name]:.2f} | {loads} |")
+    for name, per_window in to_raw.items():
+        lines.append("")
+        lines.append(f"Per-window ratios, {name.replace('_', ' ')} / raw 1 stream: "
+                     + ", ".join(f"{r:.2f}" for r in per_window))
+    return lines + ["", f"Command: `{result['command'].strip()}`"]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    spec = ensure_dataset(args.data, args.preset, args.rows)
+    paths = mapping_files(spec, "train")
+    file_bytes = sum(os.path.getsize(p) for p in paths)
+    record = file_bytes // args.rows
+    runs = variants(spec, paths, args.batch, args.window_seconds)
+    warm_up(spec, paths, args.batch)
+    speed, load, cpu_ms = measure(runs, args.windows, args.batch * record)
+    result = report(args, argv, record, file_bytes, speed, load, cpu_ms)
+    write_json(os.path.join(args.out, "loader.json"), result, indent=1)
+    write_table(os.path.join(args.out, "loader.md"), table(result))
     return 0
 
 
