@@ -1,6 +1,6 @@
 """Preprocessing benchmark: the Spark pipeline vs a single-process pyarrow/numpy baseline, same run.
 
-Generates raw Criteo-format days (tests/criteo_raw.py: 40% / 40% / 20% of the rows; the last day
+Generates raw Criteo-format days (tests/support/criteo_raw.py: 40% / 40% / 20% of the rows; the last day
 plays day 23; Criteo-shaped vocabularies from 10 to 300k values; a few malformed lines), then runs,
 alternating, the full Spark pipeline (`python -m preproc_spark3`, local[2], JVM start included) and
 benchmarks/preprocess_baseline.py (single process, everything in memory), each in a fresh process

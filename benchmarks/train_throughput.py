@@ -62,6 +62,7 @@ from benchmarks.machine import (  # noqa: E402
 )
 from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
+from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
 from dlrm.dist import single_process  # noqa: E402
 from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
 from dlrm.model.dlrm import build_model  # noqa: E402
@@ -71,7 +72,7 @@ from dlrm.train.optimizers import build_optimizer  # noqa: E402
 from dlrm.train.schedule import ReferenceSchedule  # noqa: E402
 from dlrm.train.step import make_train_step  # noqa: E402
 
-MFLOP_PER_SAMPLE = 14.75  # DLRM forward + backward (criteo_reference.md)
+MFLOP_PER_SAMPLE = 14.75  # DLRM forward + backward (NVIDIA's DLRM example, reference dims)
 GEMM_SHAPE = (1024, 1024)  # [batch, 1024] x [1024, 1024]: the top MLP's typical layer
 
 
@@ -103,7 +104,8 @@ def ours(config: Config, embeddings, batches, amp: bool, xla: bool) -> Candidate
     model = build_model(config.model, embeddings, amp=amp, xla=xla)
     optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=amp)
     optimizer.build(model.trainable_variables)
-    parts = Parts(config=config, group=single_process(), spec=None, embeddings=embeddings, model=model,
+    spec = FeatureSpec.criteo_like(embeddings.table_sizes, NUM_NUMERICAL)
+    parts = Parts(config=config, group=single_process(), spec=spec, embeddings=embeddings, model=model,
                   optimizer=optimizer)
     train_step = make_train_step(parts)
     global_rows = tf.constant(float(batches[0][0].shape[0]))

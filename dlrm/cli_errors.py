@@ -61,7 +61,7 @@ def run_main(main: Callable[[list], Optional[int]], argv: Optional[Sequence[str]
         text = user_error_text(error, world.rank, world.size)
         if text:
             _print(text)
-        return getattr(error, "exit_code", 1)
+        return error.exit_code
     except KeyboardInterrupt:
         if debug:
             traceback.print_exc()

@@ -6,6 +6,9 @@ Gloo build and no launcher, `start()` gives world size 1 and every collective st
 one-process path is the same code as the N-process path. `single_process()` is a world of one without
 Horovod, for tools and tests that read or write checkpoints outside a run.
 
+TensorFlow and Horovod are imported inside the functions that need them, so that the error reporter,
+the launcher-environment parsing and the pure-Python tools can import this module without them.
+
 Launchers put the rank in different environment variables (horovodrun: HOROVOD_*, mpirun:
 OMPI_COMM_WORLD_*, srun: SLURM_* and PMI_* / PMIX_*). `launcher_world()` reads all of them so that
 a launcher/MPI mismatch (every process rank 0 of size 1) is caught instead of silently training N
@@ -16,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -99,12 +101,18 @@ def pin_gpu_to_local_rank(local_rank: int) -> None:
     tf.config.set_visible_devices(gpus[local_rank % len(gpus)], "GPU")
 
 
+_started: Optional["ProcessGroup"] = None  # Horovod starts once per process; later calls get the same group
+
+
 def start() -> "ProcessGroup":
-    """Start Horovod (once per process) and return the process group of this run.
+    """Start Horovod and return the process group of this run (the same group if it started already).
 
     Checks that Horovod agrees with the launcher about the world size: a launcher/MPI mismatch makes
     every process rank 0 of a world of one, which would silently train N copies of the model.
     """
+    global _started
+    if _started is not None:  # GPU pinning and hvd.init() must not run twice in one process
+        return _started
     apply_env_defaults()
     announced = launcher_world()
     pin_gpu_to_local_rank(announced.local_rank)
@@ -117,7 +125,8 @@ def start() -> "ProcessGroup":
             f"{hvd.size()}: the MPI plugin does not match the cluster's MPI (use `srun --mpi=pmix`, "
             f"or `mpirun` inside the allocation); see docs/cluster.md, 'How ranks start'"
         )
-    return ProcessGroup(hvd, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), announced)
+    _started = ProcessGroup(hvd, hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), announced)
+    return _started
 
 
 def single_process() -> "ProcessGroup":
@@ -142,7 +151,7 @@ PEER_FAILURE_MARKERS = ("Horovod has been shut down", "gloo/transport/", "Timed 
 
 def is_peer_failure(error: BaseException) -> bool:
     """True if `error` is Horovod reporting that another rank died or stalled (not a bug here)."""
-    if "horovod.tensorflow" not in sys.modules:  # Horovod never started: it cannot be the cause
+    if _started is None:  # Horovod never started: it cannot be the cause
         return False
     from horovod.common.exceptions import HorovodInternalError
 

@@ -17,6 +17,7 @@ class UserError(Exception):
     """
 
     on_every_rank = False
+    exit_code = 1  # the process's exit status when this error ends it
 
 
 class UsageError(UserError):

@@ -1,8 +1,9 @@
 """Public Criteo facts used by presets, the generator and the planner (pure Python, no TensorFlow).
 
-Source: ../shared/criteo_reference.md (NVIDIA's recommender examples, MLPerf). The counts below
-exclude the shared id-0 bucket; `preset_cardinalities` adds it (one row per table), because our
-datasets reserve id 0 for missing / unseen / below-threshold values.
+Sources: NVIDIA's DLRM and DCNv2 examples (DeepLearningExamples, TensorFlow2 Recommendation) and the
+MLPerf recommendation benchmark. The counts below exclude the shared id-0 bucket;
+`preset_cardinalities` adds it (one row per table), because our datasets reserve id 0 for missing /
+unseen / below-threshold values.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The compiled steps: one optimisation step and one forward pass, each a `tf.function` traced once.
 
-The loss on each rank is `sum(BCE over its rows) * world_size / global_rows` (docs/contracts.md): the
+The loss on each rank is `sum(BCE over its rows) * world_size / global_rows` (docs/architecture.md): the
 ranks' gradients then average to the gradient of the global-batch mean, also for a short last batch.
 Predictions are logits: AUC only depends on their order, and float32 sigmoids saturate to exactly 1.0
 above logit ~17, which would create false ties.

@@ -19,7 +19,7 @@ def test_defaults_with_a_dataset_are_the_reference_config():
     expected = Config()
     expected.data.dataset_dir = "/data/criteo"
     assert config == expected
-    # the reference numbers themselves (criteo_reference.md), so a drift in config.py is caught too
+    # the reference numbers themselves (NVIDIA's DLRM example), so a drift in config.py is caught too
     assert config.data.global_batch_size == 65536
     assert config.model.embedding_dim == 128
     assert config.model.bottom_mlp == (512, 256, 128)

@@ -73,3 +73,12 @@ def test_peer_failure_is_never_blamed_when_horovod_never_started():
             "print(dist.is_peer_failure(error), 'horovod.tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_starting_twice_gives_the_same_group():
+    """Horovod (and GPU pinning) start once per process; a second start() must not redo them."""
+    code = ("from dlrm import dist; first = dist.start(); second = dist.start(); "
+            "print(first is second, first.size, dist.is_peer_failure(RuntimeError('Horovod has been shut down')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    assert out.split()[-3:] == ["True", "1", "True"]

@@ -1,4 +1,4 @@
-"""Sharded, atomic checkpoints that any world size can restore (layout: docs/contracts.md).
+"""Sharded, atomic checkpoints that any world size can restore (layout: docs/training.md, "Checkpoints").
 
 ```
 <root>/latest                                   name of the last complete checkpoint
