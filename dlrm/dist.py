@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from dlrm.errors import EnvironmentProblem
+
 
 @dataclass(frozen=True)
 class LauncherWorld:
@@ -120,7 +122,7 @@ def start() -> "ProcessGroup":
 
     hvd.init()
     if announced.size > 1 and hvd.size() != announced.size:
-        raise RuntimeError(
+        raise EnvironmentProblem(
             f"launcher ({announced.source}) started {announced.size} tasks but Horovod sees a world of "
             f"{hvd.size()}: the MPI plugin does not match the cluster's MPI (use `srun --mpi=pmix`, "
             f"or `mpirun` inside the allocation); see docs/cluster.md, 'How ranks start'"

@@ -51,5 +51,12 @@ class Interrupted(UserError):
         super().__init__(message)
 
 
+class EnvironmentProblem(UserError):
+    """The machine or the launcher is set up in a way this run cannot work with (an MPI plugin that does
+    not match, a missing thread library); the message says what to change. Every rank sees it alike."""
+
+    on_every_rank = True
+
+
 class PathError(UserError):
     """A directory or file given on the command line that the run cannot create, read or write."""

@@ -9,12 +9,14 @@ same arguments, same results.
 from __future__ import annotations
 
 import os
+import threading
 
 import numba
 import numpy as np
 
 from dlrm.data.decode_arrays import CATEGORICAL, LABEL, NUMERICAL, SCRATCH_PAD, RowSources, earliest
 from dlrm.data.simd import half_to_float_16, transpose_8x8
+from dlrm.errors import EnvironmentProblem
 
 HALF_SPECIAL = np.uint16(0x7C00)  # exponent bits all set: inf or NaN
 SINGLE_SPECIAL = np.uint32(0x7F800000)
@@ -332,6 +334,7 @@ def check_rows(sources, begin: int, end: int, threads: int, block_rows: int) -> 
 
 # ====================================================================== numba's thread pool
 _threading_layer_checked = False
+_threading_layer_lock = threading.Lock()  # prefetch workers reach the first parallel decode together
 
 
 @numba.njit(parallel=True, cache=True)
@@ -350,17 +353,23 @@ def check_threading_layer() -> None:
     global _threading_layer_checked
     if _threading_layer_checked:
         return
+    with _threading_layer_lock:
+        if not _threading_layer_checked:
+            _start_thread_pool()
+            _threading_layer_checked = True
+
+
+def _start_thread_pool() -> None:
     if "NUMBA_THREADING_LAYER" not in os.environ:
         numba.config.THREADING_LAYER = "threadsafe"  # read when the pool starts, i.e. just below
     try:
         _probe_threads(np.empty(2, np.int64))
     except ValueError as error:  # numba: "No threading layer could be loaded"
-        raise RuntimeError("decoding a batch on several threads needs numba's OpenMP or TBB threading layer "
-                           "(Debian: apt-get install libgomp1); use one decode thread otherwise") from error
+        raise EnvironmentProblem("decoding a batch on several threads needs numba's OpenMP or TBB threading "
+                                 "layer (Debian: apt-get install libgomp1); use one decode thread otherwise") from error
     if numba.threading_layer() == "workqueue":
-        raise RuntimeError("numba's workqueue threading layer is not thread-safe (NUMBA_THREADING_LAYER=workqueue): "
-                           "use omp or tbb, or one decode thread")
-    _threading_layer_checked = True
+        raise EnvironmentProblem("numba's workqueue threading layer is not thread-safe "
+                                 "(NUMBA_THREADING_LAYER=workqueue): use omp or tbb, or one decode thread")
 
 
 def use_threads(threads: int) -> None:

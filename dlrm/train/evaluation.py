@@ -9,22 +9,19 @@ import tensorflow as tf
 from dlrm.metrics import exact_auc, log_loss_from_logits
 from dlrm.train import stopping
 from dlrm.train.build import Parts, make_reader
-from dlrm.train.step import make_predict_step
 
 
-def predict_batches(model_or_step, batches: Iterable) -> Tuple[np.ndarray, np.ndarray]:
+def predict_batches(predict_step, batches: Iterable) -> Tuple[np.ndarray, np.ndarray]:
     """(labels float32 [n], logits float32 [n]) for this rank's rows of every batch.
 
     `batches` yields objects with `numerical`, `categorical`, `label` (the data layer's `Batch`).
     Every rank must iterate the same number of batches (the sharded embedding exchanges ids in each).
     """
-    step = model_or_step if isinstance(model_or_step, tf.types.experimental.GenericFunction) \
-        else make_predict_step(model_or_step)
     labels, logits = [], []
     for batch in batches:
         labels.append(np.asarray(batch.label, dtype=np.float32).reshape(-1))
-        logits.append(step(tf.convert_to_tensor(batch.numerical, tf.float32),
-                           tf.convert_to_tensor(batch.categorical, tf.int32)).numpy())
+        logits.append(predict_step(tf.convert_to_tensor(batch.numerical, tf.float32),
+                                   tf.convert_to_tensor(batch.categorical, tf.int32)).numpy())
     if not labels:
         return np.zeros([0], np.float32), np.zeros([0], np.float32)
     return np.concatenate(labels), np.concatenate(logits).astype(np.float32)

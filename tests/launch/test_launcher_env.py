@@ -82,3 +82,28 @@ def test_starting_twice_gives_the_same_group():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          timeout=120).stdout
     assert out.split()[-3:] == ["True", "1", "True"]
+
+
+def test_a_launcher_announcing_more_ranks_than_horovod_sees_gets_one_message():
+    """As under `srun` with an MPI plugin that does not match: Slurm announces 2 tasks, Horovod starts
+    a world of one. main.py must say so in one line before any work, not train alone."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HOROVOD_", "OMPI_", "PMI"))}
+    env.update(SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, "main.py", "--max_steps", "1"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    [message] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "started 2 tasks but Horovod sees a world of 1" in message
+
+
+def test_an_unsafe_numba_threading_layer_gets_one_message():
+    code = ("from dlrm.cli_errors import run_main; from dlrm.data.decode_numba import use_threads; "
+            "import sys; sys.exit(run_main(lambda argv: use_threads(2), []))")
+    env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == ("error: numba's workqueue threading layer is not thread-safe "
+                                   "(NUMBA_THREADING_LAYER=workqueue): use omp or tbb, or one decode thread")

@@ -72,6 +72,4 @@ def test_predict_batches_collects_every_row_including_empty_batches():
     direct = np.concatenate([model(b.numerical, b.categorical).numpy() for b in batches])
     np.testing.assert_allclose(logits, direct, rtol=1e-6)
     assert step.experimental_get_tracing_count() == 1  # one trace for all batch sizes
-    labels2, logits2 = predict_batches(model, batches)
-    np.testing.assert_array_equal(logits2, logits)
     assert predict_batches(step, [])[0].shape == (0,)
