@@ -45,7 +45,7 @@ class DistributedEmbedding(EmbeddingCollection):
         """`table_sizes` and `dim` default to the plan's; when given they must match it. `group`: the
         run's process group (its rank decides which pieces live here; its all-to-all routes the ids)."""
         table_sizes = [t.rows for t in plan.tables] if table_sizes is None else table_sizes
-        super().__init__(table_sizes, plan.dim if dim is None else dim, name=name, dtype="float32")
+        super().__init__(table_sizes, plan.tables[0].dim if dim is None else dim, name=name, dtype="float32")
         self.plan = plan
         self.seed = int(seed)
         self.group = group
@@ -83,8 +83,9 @@ class DistributedEmbedding(EmbeddingCollection):
         if plan.world_size != self.world_size:
             raise ValueError(f"the embedding plan is for {plan.world_size} ranks but this job has "
                              f"{self.world_size}; re-plan with world_size={self.world_size}")
-        if plan.dim != self.dim or [t.rows for t in plan.tables] != self.table_sizes:
-            raise ValueError(f"the embedding plan (dim {plan.dim}, rows {[t.rows for t in plan.tables]}) "
+        dims = [t.dim for t in plan.tables]
+        if set(dims) != {self.dim} or [t.rows for t in plan.tables] != self.table_sizes:
+            raise ValueError(f"the embedding plan (dims {dims}, rows {[t.rows for t in plan.tables]}) "
                              f"does not match the tables (dim {self.dim}, rows {self.table_sizes})")
 
     # -- EmbeddingCollection interface ------------------------------------------------------------

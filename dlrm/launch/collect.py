@@ -44,9 +44,11 @@ def placement_memory(config: dict, rows: List[int], world_size: int) -> dict:
     """Per-rank embedding memory (bytes) of the planner's placement for this run."""
     from dlrm.embedding.optimizer_slots import slots_for_optimizer
     from dlrm.embedding.planner import plan_embeddings
+    from dlrm.features import one_hot_tables
 
     fields = {k: v for k, v in config["sharding"].items() if k in ShardingConfig.__dataclass_fields__}
-    plan = plan_embeddings(rows, config["model"]["embedding_dim"], world_size, ShardingConfig(**fields),
+    tables = one_hot_tables(rows, config["model"]["embedding_dim"])
+    plan = plan_embeddings(tables, world_size, ShardingConfig(**fields),
                            optimizer_slots=slots_for_optimizer(config["optimizer"]["optimizer"]))
     return plan.memory_spread()
 

@@ -22,6 +22,7 @@ from dlrm.embedding.local import LocalEmbedding
 from dlrm.embedding.memory_check import check_plan_fits_machine
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import Plan, plan_embeddings
+from dlrm.features import one_hot_tables
 from dlrm.model.dlrm import RecommenderModel, build_model
 from dlrm.train.checkpoint import PieceSlots
 from dlrm.train.optimizers import LossScaledOptimizer, SparseOptimizer, build_optimizer
@@ -55,7 +56,7 @@ def build_embeddings(config: Config, table_sizes: Sequence[int],
 
     The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
     before anything is allocated."""
-    plan = plan_embeddings(table_sizes, config.model.embedding_dim, group.size, config.sharding,
+    plan = plan_embeddings(one_hot_tables(table_sizes, config.model.embedding_dim), group.size, config.sharding,
                            optimizer_slots=slots_for_optimizer(config.optimizer.optimizer)
                            if config.train.mode == "train" else 0)  # eval and inference hold no slots
     check_plan_fits_machine(plan, group)

@@ -17,14 +17,16 @@ from dlrm.embedding.planner.strategies import (
     check_strategy,
     fill_row_slices,
     place_basic,
+    place_largest_first,
     place_memory_balanced,
     water_level,
 )
 from dlrm.errors import UsageError
+from dlrm.features import TableConfig, one_hot_tables
 
 
-def _tables(rows, dim=2, world_size=2, slots=0, bytes_per_element=4, lookups=None):
-    return check_tables(rows, dim, world_size, bytes_per_element, slots, lookups)
+def _tables(rows, dim=2, world_size=2, slots=0, bytes_per_element=4):
+    return check_tables(one_hot_tables(rows, dim), world_size, bytes_per_element, slots)
 
 
 def _owners(assignment: Assignment) -> list:
@@ -56,19 +58,21 @@ def test_layout_keeps_every_table_whole_on_one_rank():
 
 def test_layout_names_a_table_too_big_for_all_ranks_together():
     tables = _tables([10, 100], dim=1, bytes_per_element=1)
-    with pytest.raises(PlanError, match=r"table 1 \(100 rows x 1 cols, 100 B\) does not fit") as caught:
+    with pytest.raises(PlanError, match=r"table 'cat_1' \(100 rows x 1 cols, 100 B\) does not fit") as caught:
         lay_out(tables, ShardingConfig(rank_memory_bytes=40))
     assert caught.value.table == 1
 
 
-@pytest.mark.parametrize("rows, dim, lookups, message", [
-    ([10, 0], 2, None, "table 1 has 0 rows"),
-    ([10], 0, None, "world_size and dim must be positive"),
-    ([10, 20], 2, [1.0], "1 lookup counts given for 2 tables"),
+@pytest.mark.parametrize("tables, world_size, message", [
+    (one_hot_tables([10, 0], 2), 2, r"feature 'cat_1': the table needs at least one row \(cardinality 0\)"),
+    (one_hot_tables([10], 0), 2, r"feature 'cat_0': the embedding dim must be >= 1, got 0"),
+    ([TableConfig("a", 10, 2), TableConfig("a", 20, 2)], 2, r"categorical feature 'a' appears twice"),
+    ([TableConfig("a", 10, 2, hotness=3)], 2, r"feature 'a': a one-hot feature has hotness 1, got 3"),
+    (one_hot_tables([10], 2), 0, r"world_size must be positive \(got 0\)"),
 ])
-def test_check_tables_refuses_sizes_no_plan_can_have(rows, dim, lookups, message):
+def test_check_tables_refuses_sizes_no_plan_can_have(tables, world_size, message):
     with pytest.raises(ValueError, match=message):
-        _tables(rows, dim=dim, lookups=lookups)
+        check_tables(tables, world_size, 4, 0)
 
 
 def test_check_strategy_names_the_choices():
@@ -79,10 +83,7 @@ def test_check_strategy_names_the_choices():
 
 def _assign(strategy, rows, budget=None):
     tables = _tables(rows)
-    layouts = lay_out(tables, ShardingConfig(rank_memory_bytes=budget))
-    assignment = Assignment(tables, layouts, budget)
-    strategy(assignment, layouts)
-    return assignment
+    return strategy(tables, lay_out(tables, ShardingConfig(rank_memory_bytes=budget)), budget)
 
 
 def test_basic_deals_pieces_round_robin_whatever_their_size():
@@ -98,13 +99,37 @@ def test_basic_skips_a_rank_without_room():
 
 
 def test_memory_balanced_puts_the_largest_piece_first_and_fills_the_emptier_rank():
-    assignment = _assign(place_memory_balanced, [10, 100, 10, 10])
+    tables = _tables([10, 100, 10, 10])
+    layouts = lay_out(tables, ShardingConfig())
+    assignment = Assignment(tables, layouts, None)
+    place_largest_first(assignment, [layout.slices[0] for layout in layouts])
     assert _owners(assignment) == [[1], [0], [1], [1]]
     assert [load.memory_bytes for load in assignment.ranks] == [800, 240]
 
 
+def test_memory_balanced_row_slices_only_the_tables_that_leave_the_ranks_uneven():
+    # Table 1 (800 B of 1040 B) whole would leave one rank at 800 B against a mean of 520 B: row-sliced.
+    sliced = _assign(place_memory_balanced, [10, 100, 10, 10])
+    assert [p.kind for p in sliced.plan("memory_balanced").tables] == ["table_wise", "row_sliced"] + ["table_wise"] * 2
+    assert [load.memory_bytes for load in sliced.ranks] == [520, 520]
+    # 800 B and 720 B whole already lie within 5% of the mean (840 B): nothing is cut.
+    whole = _assign(place_memory_balanced, [100, 90, 10, 10])
+    assert {p.kind for p in whole.plan("memory_balanced").tables} == {"table_wise"}
+    assert sorted(load.memory_bytes for load in whole.ranks) == [800, 880]
+
+
+def test_memory_balanced_row_slices_a_table_to_fit_a_budget_whole_tables_cannot():
+    # Three tables of 60 B on two ranks of 95 B: whole, the third fits nowhere; one cut in rows fits at 90 B each.
+    tables = _tables([60, 60, 60], dim=1, bytes_per_element=1)
+    plan = place_memory_balanced(tables, lay_out(tables, ShardingConfig(rank_memory_bytes=95)), 95).plan("m")
+    assert [p.kind for p in plan.tables] == ["row_sliced", "table_wise", "table_wise"]
+    assert [load.memory_bytes for load in plan.ranks] == [90, 90]
+    with pytest.raises(PlanError, match="fits on no rank"):
+        place_basic(tables, lay_out(tables, ShardingConfig(rank_memory_bytes=95)), 95)
+
+
 def test_a_piece_without_room_is_reported_with_the_shortfall():
-    with pytest.raises(PlanError, match=r"table 2 \(40 rows x 2 cols\): a piece of 320 B fits on no rank; the "
+    with pytest.raises(PlanError, match=r"table 'cat_2' \(40 rows x 2 cols\): a piece of 320 B fits on no rank; the "
                                         r"emptiest eligible rank has 10 B free of 330 B, short by 310 B"):
         _assign(place_basic, [40, 40, 40], budget=330)
 
@@ -131,7 +156,7 @@ def test_row_slices_fill_every_rank_to_one_level():
 
 
 def test_row_slices_above_the_budget_name_the_table_and_the_shortfall():
-    with pytest.raises(PlanError, match=r"table 1 \(100 rows x 1 cols\) and the other row-sliced tables do not "
+    with pytest.raises(PlanError, match=r"table 'cat_1' \(100 rows x 1 cols\) and the other row-sliced tables do not "
                                         r"fit: spreading them evenly needs 70 B .* short by 10 B"):
         _filled(budget=60)
 
@@ -156,11 +181,21 @@ SAVED_PLAN = {
 }
 
 
+def _current_form(saved: dict) -> dict:
+    """SAVED_PLAN as the planner writes it now: every table with its name, dim, hotness and combiner."""
+    tables = [{**{k: v for k, v in t.items() if k != "lookups_per_sample"}, "name": f"cat_{t['table']}",
+               "dim": saved["dim"], "hotness": 1, "combiner": "sum"} for t in saved["tables"]]
+    return {**{k: v for k, v in saved.items() if k != "dim"}, "tables": tables}
+
+
 def test_a_saved_plan_reads_back_and_the_planner_still_writes_it_alike():
     plan = Plan.from_dict(json.loads(json.dumps(SAVED_PLAN)))
-    assert plan.to_dict() == SAVED_PLAN
+    assert [(t.name, t.dim, t.hotness) for t in plan.tables] == [(f"cat_{i}", 4, 1) for i in range(4)]
+    assert plan.to_dict() == _current_form(SAVED_PLAN)
+    assert Plan.from_dict(plan.to_dict()) == plan
     assert plan.pieces_on_rank(1) == [TablePiece(0, 0, 30, 0, 4), TablePiece(1, 0, 4, 0, 4), TablePiece(2, 0, 12, 0, 2)]
-    assert json.loads(plan_embeddings(FOUR_KINDS_ROWS, 4, 2, FOUR_KINDS).to_json()) == SAVED_PLAN
+    written = json.loads(plan_embeddings(one_hot_tables(FOUR_KINDS_ROWS, 4), 2, FOUR_KINDS).to_json())
+    assert written == _current_form(SAVED_PLAN)
 
 
 def test_byte_sizes_round_up_for_a_minimum_and_refuse_a_zero_budget():

@@ -17,6 +17,7 @@ import numpy as np
 from dlrm.config import ShardingConfig
 from dlrm.data.binary import rank_slice
 from dlrm.embedding.planner import plan_embeddings
+from dlrm.features import one_hot_tables
 
 # Tiny model with all four layouts at N = 2 and N = 3 (see `demo_plan`).
 TABLE_SIZES = [60, 3, 12, 20, 4]
@@ -30,7 +31,7 @@ def demo_plan(world_size: int):
     cfg = ShardingConfig(rank_memory_bytes=55 * DIM * element if world_size > 1 else None,
                          column_slice_threshold_bytes=15 * DIM * element,
                          replicate_threshold_bytes=4 * DIM * element, bytes_per_element=element)
-    return plan_embeddings(TABLE_SIZES, DIM, world_size, cfg)
+    return plan_embeddings(one_hot_tables(TABLE_SIZES, DIM), world_size, cfg)
 
 
 def global_ids(batch: int, seed: int) -> np.ndarray:

@@ -13,46 +13,43 @@ from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.layout import Tables, check_tables
 from dlrm.embedding.planner.plan import Plan, PlanError
 from dlrm.embedding.planner.strategies import check_strategy, place
+from dlrm.features import TableConfig
 
 SCAN_STEPS = 512  # resolution of the minimum-budget scan: 1/512 of the range between even share and whole model
 
 
-def _checked(table_rows: Sequence[int], dim: int, world_size: int, cfg: ShardingConfig, optimizer_slots: int,
-             lookups_per_sample: Optional[Sequence[float]]) -> Tables:
+def _checked(tables: Sequence[TableConfig], world_size: int, cfg: ShardingConfig, optimizer_slots: int) -> Tables:
     check_strategy(cfg.strategy)
-    return check_tables(table_rows, dim, world_size, cfg.bytes_per_element, optimizer_slots, lookups_per_sample)
+    return check_tables(tables, world_size, cfg.bytes_per_element, optimizer_slots)
 
 
-def plan_embeddings(table_rows: Sequence[int], dim: int, world_size: int,
-                    sharding: Optional[ShardingConfig] = None, optimizer_slots: int = 0,
-                    lookups_per_sample: Optional[Sequence[float]] = None) -> Plan:
+def plan_embeddings(tables: Sequence[TableConfig], world_size: int, sharding: Optional[ShardingConfig] = None,
+                    optimizer_slots: int = 0) -> Plan:
     """Place every table on `world_size` ranks (see `dlrm.embedding.planner` for the rules).
 
     When the tables do not fit the per-rank budget, the PlanError names the table that did not fit
     and the smallest budget at which this plan succeeds (`minimum_rank_memory`).
     """
     cfg = sharding or ShardingConfig()
-    tables = _checked(table_rows, dim, world_size, cfg, optimizer_slots, lookups_per_sample)
+    checked = _checked(tables, world_size, cfg, optimizer_slots)
     try:
-        return place(tables, cfg)
+        return place(checked, cfg)
     except PlanError as error:
-        minimum = _minimum_budget(tables, cfg)
+        minimum = _minimum_budget(checked, cfg)
         if minimum is None:
             raise
-        raise _not_enough_memory(error, tables, cfg, minimum) from None
+        raise _not_enough_memory(error, checked, cfg, minimum) from None
 
 
-def minimum_rank_memory(table_rows: Sequence[int], dim: int, world_size: int, sharding: ShardingConfig,
-                        optimizer_slots: int = 0, lookups_per_sample: Optional[Sequence[float]] = None
-                        ) -> Optional[int]:
+def minimum_rank_memory(tables: Sequence[TableConfig], world_size: int, sharding: ShardingConfig,
+                        optimizer_slots: int = 0) -> Optional[int]:
     """The smallest per-rank budget (bytes) at which the plan succeeds, found over the planner itself:
     the plan succeeds with it and fails with one byte less. None if `sharding` has no budget or the
     plan already fits it.
     """
     if sharding.rank_memory_bytes is None:
         return None
-    return _minimum_budget(_checked(table_rows, dim, world_size, sharding, optimizer_slots, lookups_per_sample),
-                           sharding)
+    return _minimum_budget(_checked(tables, world_size, sharding, optimizer_slots), sharding)
 
 
 def _plan_succeeds(tables: Tables, cfg: ShardingConfig, budget: int) -> bool:
@@ -117,7 +114,8 @@ def _not_enough_memory(error: PlanError, tables: Tables, cfg: ShardingConfig, mi
     if minimum > budget:
         message = (f"{need}, short by {format_bytes(minimum - budget, round_up=True)} per rank over the budget of "
                    f"{format_bytes(budget)} (--rank_memory): raise --rank_memory if the ranks have the memory, or "
-                   f"use more ranks, a smaller --embedding_dim or an optimizer with fewer slots")
+                   f"use more ranks, smaller embedding dims (--embedding_dim or the feature spec's embedding_dim) "
+                   f"or an optimizer with fewer slots")
     else:  # success is not monotonic in the budget for every strategy: a smaller one can work
         message = (f"{need}, and this placement ({cfg.strategy}) fails at the budget of {format_bytes(budget)} "
                    f"(--rank_memory) but succeeds at {format_bytes(minimum, round_up=True)}: pass that budget, or "

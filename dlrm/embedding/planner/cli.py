@@ -1,4 +1,5 @@
-"""`python -m dlrm.embedding.planner`: print a plan for the Criteo presets (or given sizes) without any device.
+"""`python -m dlrm.embedding.planner`: print a plan for the Criteo presets, given sizes or a feature spec
+without any device, and the all-to-all bytes per rank and step on 8 ... 1024 ranks.
 
 The flags that main.py has too carry main.py's names (`--sharding_strategy`, `--rank_memory`,
 `--optimizer`, ...), so a placement printed here is the one a training run with the same flags gets.
@@ -6,67 +7,40 @@ The flags that main.py has too carry main.py's names (`--sharding_strategy`, `--
 from __future__ import annotations
 
 import argparse
-from typing import List, Optional, Sequence
+import json
+from dataclasses import replace
+from typing import List, Optional, Sequence, Tuple
 
 from dlrm.argtypes import ArgumentParser, add_debug_flag, count, positive_int, sizes_list
 from dlrm.config import ShardingConfig
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities  # pure Python
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
 from dlrm.embedding.planner.budget import plan_embeddings
-from dlrm.embedding.planner.byte_sizes import byte_size, format_bytes, positive_byte_size
-from dlrm.embedding.planner.plan import Plan, TablePlacement
+from dlrm.embedding.planner.byte_sizes import byte_size, positive_byte_size
+from dlrm.embedding.planner.describe import describe_exchange, describe_plan, describe_scaling, scaling_rows
+from dlrm.embedding.planner.exchange import exchange_bytes
 from dlrm.embedding.planner.strategies import STRATEGIES
-
-
-def describe_plan(plan: Plan, preset: Optional[str] = None) -> str:
-    """Human-readable plan: model size, every table's layout, per-rank memory and its spread."""
-    lines = _model_lines(plan, preset)
-    lines += [_table_line(t) for t in plan.tables]
-    lines += ["", f"{'rank':>4} {'memory':>12} {'lookup load':>12} {'tables':>6}"]
-    lines += [f"{r.rank:>4} {format_bytes(r.memory_bytes):>12} {r.lookup_load:>12.1f} {len(r.tables):>6}"
-              for r in plan.ranks]
-    spread = plan.memory_spread()
-    lines.append(
-        f"per-rank memory: min {format_bytes(spread['min_bytes'])}, max {format_bytes(spread['max_bytes'])}, "
-        f"mean {format_bytes(spread['mean_bytes'])}, max/mean {spread['max_over_mean']:.3f}")
-    return "\n".join(lines)
-
-
-def _model_lines(plan: Plan, preset: Optional[str]) -> List[str]:
-    rows_total = sum(t.rows for t in plan.tables)
-    weights = rows_total * plan.dim * plan.bytes_per_element
-    return [
-        f"model{' ' + preset if preset else ''}: {len(plan.tables)} tables, {rows_total:,} rows x "
-        f"{plan.dim} = {rows_total * plan.dim / 1e9:.2f}B params, weights {format_bytes(weights)} "
-        f"({plan.bytes_per_element} B/element), with {plan.optimizer_slots} optimizer slot(s) "
-        f"{format_bytes(weights * (1 + plan.optimizer_slots))}",
-        f"world size {plan.world_size}, strategy {plan.strategy}",
-        "",
-        f"{'table':>5} {'rows':>13} {'kind':<13} pieces (rank: rows x cols)",
-    ]
-
-
-def _table_line(placement: TablePlacement) -> str:
-    kind = placement.kind
-    if kind == "replicated":
-        where = f"all {len(placement.pieces)} ranks"
-    elif kind == "table_wise":
-        where = ", ".join(f"r{rank}" for rank, _ in placement.pieces)
-    elif kind == "row_sliced":
-        where = ", ".join(f"r{rank}: [{p.row_start:,}:{p.row_end:,}]" for rank, p in placement.pieces)
-    else:
-        where = ", ".join(f"r{rank}: cols [{p.col_start}:{p.col_end}]" for rank, p in placement.pieces)
-    return f"{placement.table:>5} {placement.rows:>13,} {kind:<13} {where}"
+from dlrm.features import COMBINERS, TableConfig, one_hot_tables
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m dlrm.embedding.planner",
-                            description="Print where every embedding table would live.")
+                            description="Print where every embedding table would live and what the exchange costs.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", choices=PRESET_NAMES, help="Criteo preset")
     source.add_argument("--table_rows", type=sizes_list, help="comma-separated table sizes, e.g. 1000,20,300")
-    parser.add_argument("--world_size", type=positive_int, required=True)
-    parser.add_argument("--embedding_dim", type=positive_int, default=128, help="(default: 128)")
+    source.add_argument("--feature_spec", metavar="PATH",
+                        help="a dataset's feature_spec.yaml (or its directory): its tables, dims and hotness")
+    parser.add_argument("--world_size", type=positive_int, help="print the plan for this many ranks")
+    parser.add_argument("--global_batch_size", type=positive_int,
+                        help="print the all-to-all bytes per rank and step at this global batch, for "
+                             "--world_size and for 8, 16, ..., 1024 ranks")
+    parser.add_argument("--embedding_dim", type=positive_int, default=128,
+                        help="dim of every table that sets none (default: 128)")
+    parser.add_argument("--embedding_dims", type=sizes_list, help="one dim per table, e.g. 128,64,16")
+    parser.add_argument("--hotness", type=sizes_list, help="ids per row of each table, e.g. 3,2,1 (default: 1)")
+    parser.add_argument("--combiner", choices=COMBINERS, default="sum",
+                        help="pooling of tables that set none (default: sum)")
     parser.add_argument("--rank_memory", type=positive_byte_size, default=None,
                         help="per-rank budget, e.g. 80GiB (default: none)")
     parser.add_argument("--sharding_strategy", choices=STRATEGIES, default="memory_balanced",
@@ -81,17 +55,38 @@ def build_parser() -> argparse.ArgumentParser:
                        help="optimizer state copies per weight: SGD 0, Adagrad 1, Adam 2 (default: 0)")
     parser.add_argument("--no_reserve_zero", action="store_true",
                         help="preset sizes without the extra id-0 row per table")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--json", action="store_true", help="print the plan (and estimates) as JSON")
     add_debug_flag(parser)
     return parser
 
 
-def print_plan(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.preset:
-        rows = preset_cardinalities(args.preset, reserve_zero=not args.no_reserve_zero)
+def tables_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[TableConfig, ...]:
+    """The tables of the preset, the sizes or the feature spec, with --embedding_dims and --hotness applied."""
+    if args.feature_spec:
+        from dlrm.data.contract import contract_from_spec
+        from dlrm.data.feature_spec import FeatureSpec
+
+        tables = contract_from_spec(FeatureSpec.load(args.feature_spec), args.embedding_dim, args.combiner).tables
     else:
-        rows = args.table_rows
+        rows = (preset_cardinalities(args.preset, reserve_zero=not args.no_reserve_zero) if args.preset
+                else args.table_rows)
+        tables = tuple(replace(t, combiner=args.combiner) for t in one_hot_tables(rows, args.embedding_dim))
+    for flag, values in (("--embedding_dims", args.embedding_dims), ("--hotness", args.hotness)):
+        if values is not None and len(values) != len(tables):
+            parser.error(f"argument {flag}: {len(values)} value(s) given for {len(tables)} tables")
+    if args.embedding_dims:
+        tables = tuple(replace(t, dim=d) for t, d in zip(tables, args.embedding_dims))
+    if args.hotness:
+        tables = tuple(replace(t, hotness=h, multi_hot=t.multi_hot or h > 1) for t, h in zip(tables, args.hotness))
+    return tables
+
+
+def print_plan(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.world_size is None and args.global_batch_size is None:
+        parser.error("give --world_size (a plan), --global_batch_size (the scaling table), or both")
+    tables = tables_from_args(parser, args)
     sharding = ShardingConfig(
         strategy=args.sharding_strategy,
         rank_memory_bytes=args.rank_memory,
@@ -99,8 +94,22 @@ def print_plan(argv: Optional[Sequence[str]] = None) -> int:
         replicate_threshold_bytes=args.replicate_threshold,
         bytes_per_element=args.bytes_per_element)
     slots = slots_for_optimizer(args.optimizer) if args.optimizer else args.optimizer_slots
-    plan = plan_embeddings(rows, args.embedding_dim, args.world_size, sharding, optimizer_slots=slots)
-    print(plan.to_json() if args.json else describe_plan(plan, args.preset))
+    plan = None if args.world_size is None else plan_embeddings(tables, args.world_size, sharding, slots)
+    batch = args.global_batch_size
+    if batch is None:
+        assert plan is not None
+        print(plan.to_json() if args.json else describe_plan(plan, args.preset))
+        return 0
+    estimate = None if plan is None else exchange_bytes(plan, batch)
+    scaling = scaling_rows(tables, sharding, slots, batch)
+    if args.json:
+        print(json.dumps({"plan": plan and plan.to_dict(), "exchange": estimate and estimate.summary(),
+                          "scaling": [row.to_dict() for row in scaling]}, indent=1))
+        return 0
+    texts: List[str] = []
+    if plan is not None and estimate is not None:
+        texts += [describe_plan(plan, args.preset), describe_exchange(estimate), ""]
+    print("\n".join(texts + [describe_scaling(scaling, batch)]))
     return 0
 
 

@@ -10,35 +10,54 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
 from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.plan import PlanError
+from dlrm.features import FeatureContract, TableConfig
 
 
 @dataclass(frozen=True)
 class Tables:
     """The tables to place and the cluster, checked; every size the later stages need derives from here."""
 
-    rows: List[int]
-    lookups: List[float]  # ids looked up per sample in each table
-    dim: int
+    configs: Tuple[TableConfig, ...]
     world_size: int
     bytes_per_element: int
     optimizer_slots: int
+
+    @property
+    def count(self) -> int:
+        return len(self.configs)
+
+    def rows(self, table: int) -> int:
+        return self.configs[table].rows
+
+    def dim(self, table: int) -> int:
+        return self.configs[table].dim
+
+    def hotness(self, table: int) -> int:
+        return self.configs[table].hotness
 
     @property
     def element_bytes(self) -> int:
         """Bytes per embedding element: the weight and its optimizer slots."""
         return self.bytes_per_element * (1 + self.optimizer_slots)
 
+    def row_bytes(self, table: int) -> int:
+        return self.dim(table) * self.element_bytes
+
     def table_bytes(self, table: int) -> int:
-        return self.rows[table] * self.dim * self.element_bytes
+        return self.rows(table) * self.row_bytes(table)
 
     def total_bytes(self) -> int:
-        return sum(self.table_bytes(t) for t in range(len(self.rows)))
+        return sum(self.table_bytes(t) for t in range(self.count))
+
+    def total_lookups(self) -> float:
+        """Elements fetched per global sample over all tables (hotness x dim)."""
+        return float(sum(c.hotness * c.dim for c in self.configs))
 
     def piece_bytes(self, piece: TablePiece) -> int:
         rows, cols = piece.shape
@@ -47,26 +66,26 @@ class Tables:
     def piece_lookups(self, piece: TablePiece) -> float:
         """Elements fetched from `piece` per global sample, assuming ids spread uniformly over the rows."""
         rows, cols = piece.shape
-        return self.lookups[piece.table] * cols * rows / self.rows[piece.table]
+        return self.hotness(piece.table) * cols * rows / self.rows(piece.table)
+
+    def whole(self, table: int) -> TablePiece:
+        return TablePiece(table, 0, self.rows(table), 0, self.dim(table))
 
     def title(self, table: int) -> str:
-        """How messages name a table: 'table 3 (1,000 rows x 8 cols' (the caller closes the bracket)."""
-        return f"table {table} ({self.rows[table]:,} rows x {self.dim} cols"
+        """How messages name a table: "table 'cat_3' (1,000 rows x 8 cols" (the caller closes the bracket)."""
+        return f"table {self.configs[table].name!r} ({self.rows(table):,} rows x {self.dim(table)} cols"
 
 
-def check_tables(table_rows: Sequence[int], dim: int, world_size: int, bytes_per_element: int,
-                 optimizer_slots: int, lookups_per_sample: Optional[Sequence[float]]) -> Tables:
+def check_tables(tables: Sequence[TableConfig], world_size: int, bytes_per_element: int,
+                 optimizer_slots: int) -> Tables:
     """`Tables` from the caller's figures; ValueError for sizes no plan can have."""
-    if world_size < 1 or dim < 1:
-        raise ValueError(f"world_size and dim must be positive (got {world_size}, {dim})")
-    rows_list = [int(r) for r in table_rows]
-    for t, rows in enumerate(rows_list):
-        if rows < 1:
-            raise ValueError(f"table {t} has {rows} rows; every table needs at least one row")
-    hotness = [1.0] * len(rows_list) if lookups_per_sample is None else [float(h) for h in lookups_per_sample]
-    if len(hotness) != len(rows_list):
-        raise ValueError(f"{len(hotness)} lookup counts given for {len(rows_list)} tables")
-    return Tables(rows_list, hotness, dim, world_size, bytes_per_element, optimizer_slots)
+    if world_size < 1:
+        raise ValueError(f"world_size must be positive (got {world_size})")
+    configs = tuple(tables)
+    problems = FeatureContract(label="label", numerical=(), tables=configs).problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    return Tables(configs, world_size, bytes_per_element, optimizer_slots)
 
 
 @dataclass(frozen=True)
@@ -81,9 +100,9 @@ class TableLayout:
 def lay_out(tables: Tables, cfg: ShardingConfig) -> List[TableLayout]:
     """Every table's layout, in table order; PlanError for a table too big even when cut over all ranks."""
     layouts = []
-    for t, rows in enumerate(tables.rows):
+    for t in range(tables.count):
         kind, count = _kind_and_slice_count(tables, t, cfg)
-        layouts.append(TableLayout(t, kind, _cut(kind, t, rows, tables.dim, count)))
+        layouts.append(TableLayout(t, kind, _cut(kind, t, tables.rows(t), tables.dim(t), count)))
     return layouts
 
 
@@ -92,9 +111,9 @@ def _kind_and_slice_count(tables: Tables, table: int, cfg: ShardingConfig) -> Tu
     if tables.world_size == 1:
         return "table_wise", 1
     if budget is not None and size > budget:
-        return "row_sliced", max(2, min(_row_slices_needed(tables, table, budget), tables.rows[table]))
+        return "row_sliced", max(2, min(_row_slices_needed(tables, table, budget), tables.rows(table)))
     if threshold is not None and size > threshold:
-        return "column_sliced", max(2, min(math.ceil(size / threshold), tables.world_size, tables.dim))
+        return "column_sliced", max(2, min(math.ceil(size / threshold), tables.world_size, tables.dim(table)))
     if size <= cfg.replicate_threshold_bytes:
         return "replicated", 1
     return "table_wise", 1

@@ -34,23 +34,36 @@ class OwnedPiece(NamedTuple):
 
 @dataclass
 class TablePlacement:
-    table: int
+    """One table's layout and owned pieces, with what the exchange estimate needs (dim, hotness, combiner)."""
+
+    table: int  # index in contract order
+    name: str
     rows: int
+    dim: int
     kind: str  # replicated, row_sliced, column_sliced or table_wise
     pieces: List[OwnedPiece]
-    lookups_per_sample: float = 1.0
+    hotness: int = 1
+    combiner: str = "sum"
+
+    @property
+    def lookups_per_sample(self) -> float:
+        """Ids looked up per sample: the table's hotness."""
+        return float(self.hotness)
 
     def to_dict(self) -> dict:
-        return {"table": self.table, "rows": self.rows, "kind": self.kind,
+        return {"table": self.table, "name": self.name, "rows": self.rows, "dim": self.dim, "kind": self.kind,
                 "pieces": [_owned_piece_to_dict(owned) for owned in self.pieces],
-                "lookups_per_sample": self.lookups_per_sample}
+                "hotness": self.hotness, "combiner": self.combiner}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TablePlacement":
+    def from_dict(cls, data: dict, dim: Optional[int] = None) -> "TablePlacement":
+        """`dim`: the plan-wide dim of a plan saved before tables had their own (tables then named `cat_<i>`)."""
         table = data["table"]
-        return cls(table=table, rows=data["rows"], kind=data["kind"],
+        return cls(table=table, name=data.get("name", f"cat_{table}"), rows=data["rows"],
+                   dim=data.get("dim", dim), kind=data["kind"],
                    pieces=[_owned_piece_from_dict(table, p) for p in data["pieces"]],
-                   lookups_per_sample=data.get("lookups_per_sample", 1.0))
+                   hotness=int(data.get("hotness", round(data.get("lookups_per_sample", 1)))),
+                   combiner=data.get("combiner", "sum"))
 
 
 def _owned_piece_to_dict(owned: OwnedPiece) -> dict:
@@ -76,7 +89,6 @@ class RankLoad:
 @dataclass
 class Plan:
     world_size: int
-    dim: int
     strategy: str
     bytes_per_element: int
     optimizer_slots: int
@@ -100,7 +112,7 @@ class Plan:
 
     # -- JSON round trip (checkpoints store the plan in meta.json) -----------------------------
     def to_dict(self) -> dict:
-        return {"world_size": self.world_size, "dim": self.dim, "strategy": self.strategy,
+        return {"world_size": self.world_size, "strategy": self.strategy,
                 "bytes_per_element": self.bytes_per_element, "optimizer_slots": self.optimizer_slots,
                 "tables": [t.to_dict() for t in self.tables], "ranks": [asdict(r) for r in self.ranks]}
 
@@ -109,7 +121,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
-        return cls(world_size=data["world_size"], dim=data["dim"], strategy=data["strategy"],
+        """A plan from its JSON form; plans saved with one top-level `dim` for all tables read too."""
+        return cls(world_size=data["world_size"], strategy=data["strategy"],
                    bytes_per_element=data["bytes_per_element"], optimizer_slots=data["optimizer_slots"],
-                   tables=[TablePlacement.from_dict(t) for t in data["tables"]],
+                   tables=[TablePlacement.from_dict(t, data.get("dim")) for t in data["tables"]],
                    ranks=[RankLoad(**r) for r in data["ranks"]])

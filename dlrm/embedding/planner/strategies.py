@@ -3,8 +3,10 @@
 - ``basic``: pieces dealt round-robin over ranks in table order, ignoring sizes (NVIDIA's "basic").
 - ``memory_balanced`` (default): largest piece first, each onto the rank with the lowest combined
   share of total memory plus share of total lookups; row-sliced tables last, cut so that every rank
-  fills up to one common level. Largest-first keeps the peak per-rank memory (what decides whether a
-  model fits) near the mean; the lookup term then spreads the many tiny tables so that no rank
+  fills up to one common level. Tables that would leave the ranks uneven as whole pieces are row-sliced
+  too, largest first, as few as keep every rank within BALANCE_TOLERANCE of the even share: the peak
+  per-rank memory decides whether a model fits, and every row slice costs exchange traffic (each of its
+  owners receives all ids of the table). The lookup term spreads the many tiny tables so that no rank
   receives most of the all-to-all traffic. `basic` can overflow a rank (or leave it idle) whenever
   table sizes differ by orders of magnitude, as Criteo's do.
 
@@ -13,7 +15,8 @@ Replicated tables are on every rank whatever the strategy.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional, Sequence
+from dataclasses import replace
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
@@ -21,17 +24,20 @@ from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.layout import TableLayout, Tables, lay_out
 from dlrm.embedding.planner.plan import OwnedPiece, Plan, PlanError, RankLoad, TablePlacement
 
+BALANCE_TOLERANCE = 0.05  # memory_balanced: the fullest rank holds at most 5% over the even share
+
 
 class Assignment:
-    """A plan being built: every rank's load and every table's owned pieces so far."""
+    """A plan being built: every rank's load and every table's owned pieces so far (replicas from the start)."""
 
     def __init__(self, tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]):
         self.tables = tables
         self.budget = budget
         self.ranks = [RankLoad(rank=r) for r in range(tables.world_size)]
-        self.placements = [TablePlacement(table=layout.table, rows=tables.rows[layout.table], kind=layout.kind,
-                                          pieces=[], lookups_per_sample=tables.lookups[layout.table])
-                           for layout in layouts]
+        self.placements = [_empty_placement(tables, layout) for layout in layouts]
+        for layout in layouts:
+            if layout.kind == "replicated":
+                self.replicate(layout.table)
 
     def give(self, piece: TablePiece, load: RankLoad) -> None:
         load.memory_bytes += self.tables.piece_bytes(piece)
@@ -42,11 +48,10 @@ class Assignment:
     def replicate(self, table: int) -> None:
         """A full copy on every rank, looked up locally: each rank fetches for its 1/N of the batch."""
         tables = self.tables
-        whole = TablePiece(table, 0, tables.rows[table], 0, tables.dim)
         for load in self.ranks:
-            self.placements[table].pieces.append(OwnedPiece(load.rank, whole))
+            self.placements[table].pieces.append(OwnedPiece(load.rank, tables.whole(table)))
             load.memory_bytes += tables.table_bytes(table)
-            load.lookup_load += tables.lookups[table] * tables.dim / tables.world_size
+            load.lookup_load += tables.hotness(table) * tables.dim(table) / tables.world_size
             load.tables.append(table)
 
     def eligible(self, piece: TablePiece) -> List[RankLoad]:
@@ -67,24 +72,39 @@ class Assignment:
             f"{format_bytes(tables.total_bytes())}, the cluster has {format_bytes(budget * tables.world_size)})",
             table=t)
 
+    def peak_over_mean(self) -> float:
+        memory = [load.memory_bytes for load in self.ranks]
+        mean = sum(memory) / len(memory)
+        return max(memory) / mean if mean else 1.0
+
     def plan(self, strategy: str) -> Plan:
-        """The finished plan: pieces in row, column, rank order; each rank's tables sorted."""
+        """The finished plan: pieces in row, column, rank order; each rank's tables sorted; a row-sliced
+        table that ended up whole on one rank is table-wise (nothing to mask in the exchange)."""
         for placement in self.placements:
             placement.pieces.sort(key=lambda owned: (owned.piece.row_start, owned.piece.col_start, owned.rank))
+            if placement.kind == "row_sliced" and len(placement.pieces) == 1:
+                placement.kind = "table_wise"
         for load in self.ranks:
             load.tables.sort()
-        return Plan(world_size=self.tables.world_size, dim=self.tables.dim, strategy=strategy,
+        return Plan(world_size=self.tables.world_size, strategy=strategy,
                     bytes_per_element=self.tables.bytes_per_element, optimizer_slots=self.tables.optimizer_slots,
                     tables=self.placements, ranks=self.ranks)
+
+
+def _empty_placement(tables: Tables, layout: TableLayout) -> TablePlacement:
+    config = tables.configs[layout.table]
+    return TablePlacement(table=layout.table, name=config.name, rows=config.rows, dim=config.dim, kind=layout.kind,
+                          pieces=[], hotness=config.hotness, combiner=config.combiner)
 
 
 def _sharded_slices(layouts: Sequence[TableLayout]) -> List[TablePiece]:
     return [piece for layout in layouts if layout.kind != "replicated" for piece in layout.slices]
 
 
-def place_basic(assignment: Assignment, layouts: Sequence[TableLayout]) -> None:
+def place_basic(tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
     """Round robin in table order: each piece to the next rank after the previous piece's that can take it."""
-    world_size = assignment.tables.world_size
+    assignment = Assignment(tables, layouts, budget)
+    world_size = tables.world_size
     next_rank = 0
     for piece in _sharded_slices(layouts):
         eligible = {load.rank for load in assignment.eligible(piece)}
@@ -93,23 +113,68 @@ def place_basic(assignment: Assignment, layouts: Sequence[TableLayout]) -> None:
         chosen = next(rank for rank in ((next_rank + i) % world_size for i in range(world_size)) if rank in eligible)
         assignment.give(piece, assignment.ranks[chosen])
         next_rank = (chosen + 1) % world_size
+    return assignment
 
 
-def place_memory_balanced(assignment: Assignment, layouts: Sequence[TableLayout]) -> None:
-    """Largest piece first onto the rank with the lowest memory share plus lookup share, then the
-    row-sliced tables cut to fill every rank to one level."""
+def place_memory_balanced(tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
+    """Whole pieces largest first, then the row-sliced tables filled to one level; the fewest extra
+    tables row-sliced (largest first) that bring every rank within BALANCE_TOLERANCE of the mean.
+
+    When no choice is that even, the most even plan that fits; when none fits, the error of the plan
+    that slices the most (the one most likely to fit)."""
+    best: Optional[Assignment] = None
+    error: Optional[PlanError] = None
+    for sliced in _row_slicing_choices(tables, layouts):
+        try:
+            assignment = place_then_fill(tables, sliced, budget)
+        except PlanError as failed:
+            error = failed
+            continue
+        if assignment.peak_over_mean() <= 1 + BALANCE_TOLERANCE:
+            return assignment
+        if best is None or assignment.peak_over_mean() < best.peak_over_mean():
+            best = assignment
+    if best is None:
+        assert error is not None  # every choice failed, so one raised
+        raise error
+    return best
+
+
+def _row_slicing_choices(tables: Tables, layouts: Sequence[TableLayout]) -> Iterator[List[TableLayout]]:
+    """The layouts with 0, 1, 2, ... more table-wise tables row-sliced, largest first; a table above
+    the tolerated share of one rank is never left whole (no choice keeping it whole can be even)."""
+    whole = sorted((layout.table for layout in layouts if layout.kind == "table_wise"
+                    and tables.rows(layout.table) > 1 and tables.world_size > 1),
+                   key=lambda t: -tables.table_bytes(t))  # stable: table order among equal sizes
+    tolerated = (1 + BALANCE_TOLERANCE) * tables.total_bytes() / tables.world_size
+    first = sum(1 for t in whole if tables.table_bytes(t) > tolerated)
+    for count in range(first, len(whole) + 1):
+        sliced = set(whole[:count])
+        yield [replace(layout, kind="row_sliced") if layout.table in sliced else layout for layout in layouts]
+
+
+def place_then_fill(tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
+    """Whole pieces (table-wise tables, column slices) largest first, then the row-sliced tables filled
+    to one level (their layout's even cut is not used: the fill decides the ranges)."""
+    assignment = Assignment(tables, layouts, budget)
+    whole = [layout for layout in layouts if layout.kind in ("table_wise", "column_sliced")]
+    place_largest_first(assignment, _sharded_slices(whole))
+    fill_row_slices(assignment, [layout.table for layout in layouts if layout.kind == "row_sliced"])
+    return assignment
+
+
+def place_largest_first(assignment: Assignment, pieces: Sequence[TablePiece]) -> None:
+    """Largest piece first onto the rank with the lowest memory share plus lookup share."""
     tables = assignment.tables
     total_bytes = max(tables.total_bytes(), 1)
-    total_lookups = max(sum(hotness * tables.dim for hotness in tables.lookups), 1e-9)
-    whole = [layout for layout in layouts if layout.kind != "row_sliced"]
+    total_lookups = max(tables.total_lookups(), 1e-9)
     # Largest first; the stable sort keeps table order among equal sizes (deterministic plans).
-    for piece in sorted(_sharded_slices(whole), key=lambda piece: -tables.piece_bytes(piece)):
+    for piece in sorted(pieces, key=lambda piece: -tables.piece_bytes(piece)):
         eligible = assignment.eligible(piece)
         if not eligible:
             raise assignment.no_room(piece)
         size, lookups = tables.piece_bytes(piece), tables.piece_lookups(piece)
         assignment.give(piece, _least_loaded(eligible, size, lookups, total_bytes, total_lookups))
-    fill_row_slices(assignment, [layout.table for layout in layouts if layout.kind == "row_sliced"])
 
 
 def _least_loaded(eligible: Sequence[RankLoad], size: int, lookups: float, total_bytes: int,
@@ -134,25 +199,23 @@ def fill_row_slices(assignment: Assignment, fluid: Sequence[int]) -> None:
     to one common level: the emptiest ranks take the most rows, so per-rank memory ends up even."""
     if not fluid:
         return
-    tables, budget = assignment.tables, assignment.budget
-    assert budget is not None  # tables are row-sliced only to fit a budget
-    row_bytes = tables.dim * tables.element_bytes
-    level = water_level([load.memory_bytes for load in assignment.ranks],
-                        sum(tables.rows[t] * row_bytes for t in fluid))
+    tables = assignment.tables
+    budget = math.inf if assignment.budget is None else assignment.budget
+    level = water_level([load.memory_bytes for load in assignment.ranks], sum(tables.table_bytes(t) for t in fluid))
     if level > budget:
-        t = max(fluid, key=lambda i: tables.rows[i])
+        t = max(fluid, key=tables.table_bytes)
         raise PlanError(
             f"{tables.title(t)}) and the other row-sliced tables do not fit: "
             f"spreading them evenly needs {format_bytes(level)} on the fullest ranks, short by "
             f"{format_bytes(level - budget)} per rank over the budget of {format_bytes(budget)}", table=t)
-    for t in sorted(fluid, key=lambda i: -tables.rows[i]):
+    for t in sorted(fluid, key=lambda i: -tables.table_bytes(i)):
         _fill_table(assignment, t, level, budget)
 
 
-def _fill_table(assignment: Assignment, table: int, level: float, budget: int) -> None:
+def _fill_table(assignment: Assignment, table: int, level: float, budget: float) -> None:
     """Row ranges of `table` onto the emptiest ranks first, each up to `level`; the last rank takes the rest."""
     tables = assignment.tables
-    row, rows, row_bytes = 0, tables.rows[table], tables.dim * tables.element_bytes
+    row, rows, row_bytes = 0, tables.rows(table), tables.row_bytes(table)
     by_room = sorted(assignment.ranks, key=lambda load: (load.memory_bytes - level, load.rank))
     for i, load in enumerate(by_room):
         last = i == len(by_room) - 1
@@ -163,13 +226,13 @@ def _fill_table(assignment: Assignment, table: int, level: float, budget: int) -
             raise PlanError(
                 f"{tables.title(table)}): rows [{row:,}:{rows:,}) fit on no rank, "
                 f"short by {format_bytes(load.memory_bytes + take * row_bytes - budget)}", table=table)
-        assignment.give(TablePiece(table, row, row + take, 0, tables.dim), load)
+        assignment.give(TablePiece(table, row, row + take, 0, tables.dim(table)), load)
         row += take
         if row == rows:
             break
 
 
-def _rows_up_to_level(load: RankLoad, level: float, row_bytes: int, budget: int) -> int:
+def _rows_up_to_level(load: RankLoad, level: float, row_bytes: int, budget: float) -> int:
     """Rows that fill `load` up to `level`, rounded up (at most one row over the level, so no sliver is
     left for the next rank); rounded down only where rounding up would break the budget."""
     room = max(0.0, level - load.memory_bytes)
@@ -179,7 +242,7 @@ def _rows_up_to_level(load: RankLoad, level: float, row_bytes: int, budget: int)
     return room_rows
 
 
-Strategy = Callable[[Assignment, Sequence[TableLayout]], None]
+Strategy = Callable[[Tables, Sequence[TableLayout], Optional[int]], Assignment]
 STRATEGY_FUNCTIONS: Dict[str, Strategy] = {"basic": place_basic, "memory_balanced": place_memory_balanced}
 STRATEGIES = tuple(STRATEGY_FUNCTIONS)
 
@@ -195,10 +258,4 @@ def check_strategy(name: str) -> Strategy:
 def place(tables: Tables, cfg: ShardingConfig) -> Plan:
     """One placement attempt within `cfg`'s budget: PlanError when some piece finds no rank."""
     strategy = check_strategy(cfg.strategy)
-    layouts = lay_out(tables, cfg)
-    assignment = Assignment(tables, layouts, cfg.rank_memory_bytes)
-    for layout in layouts:
-        if layout.kind == "replicated":
-            assignment.replicate(layout.table)
-    strategy(assignment, layouts)
-    return assignment.plan(cfg.strategy)
+    return strategy(tables, lay_out(tables, cfg), cfg.rank_memory_bytes).plan(cfg.strategy)

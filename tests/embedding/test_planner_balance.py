@@ -1,0 +1,68 @@
+"""Per-rank memory of the memory_balanced plans: within 5% of the even share on 8 ... 1024 ranks for the
+Criteo presets and the MLPerf DLRM-DCNv2 multi-hot shape; per-table dims and hotness in memory and lookups."""
+from __future__ import annotations
+
+import pytest
+
+from dlrm.config import ShardingConfig
+from dlrm.data.criteo import T0, preset_cardinalities
+from dlrm.embedding.planner import GiB, Plan, plan_embeddings
+from dlrm.features import TableConfig, one_hot_tables
+
+# MLPerf DLRM-DCNv2: Criteo 1TB counts capped at 40M rows, multi-hot with these ids per row.
+MLPERF_HOTNESS = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
+MLPERF_TABLES = tuple(TableConfig(f"cat_{i}", min(rows, 40_000_000), 128, hotness, multi_hot=True)
+                      for i, (rows, hotness) in enumerate(zip(T0, MLPERF_HOTNESS)))
+WORLD_SIZES = (8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def _tables(name):
+    return MLPERF_TABLES if name == "mlperf" else one_hot_tables(preset_cardinalities(name), 128)
+
+
+def _held_bytes(plan: Plan, element_bytes: int) -> list:
+    """Every rank's memory recomputed from its pieces and each table's own dim."""
+    held = [0] * plan.world_size
+    for placement in plan.tables:
+        for rank, piece in placement.pieces:
+            assert piece.col_end <= placement.dim
+            held[rank] += piece.shape[0] * piece.shape[1] * element_bytes
+    return held
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("preset", ["t15", "t3", "t0", "mlperf"])
+def test_per_rank_memory_is_within_5_percent_of_the_even_share(preset, world_size):
+    tables = _tables(preset)
+    plan = plan_embeddings(tables, world_size)
+    assert plan.memory_spread()["max_over_mean"] <= 1.05
+    assert _held_bytes(plan, 4) == [r.memory_bytes for r in plan.ranks]
+    assert sum(r.memory_bytes for r in plan.ranks) == sum(t.rows * t.dim * 4 for t in tables)
+    row_sliced = [p for p in plan.tables if p.kind == "row_sliced"]
+    assert len(row_sliced) < len(tables)  # balance by cutting the big tables, not every table
+
+
+def test_t0_on_8_ranks_of_80_gib_is_within_5_percent_of_the_even_share():
+    plan = plan_embeddings(_tables("t0"), 8, ShardingConfig(rank_memory_bytes=80 * GiB))
+    spread = plan.memory_spread()
+    assert spread["max_over_mean"] <= 1.05 and spread["max_bytes"] <= 80 * GiB
+    assert spread["mean_bytes"] / GiB == pytest.approx(52.62, abs=0.01)
+
+
+def test_memory_counts_each_tables_own_dim_and_lookups_its_hotness():
+    tables = [TableConfig("wide", 1000, 64), TableConfig("bag", 500, 8, hotness=5, multi_hot=True),
+              TableConfig("narrow", 2000, 4)]
+    plan = plan_embeddings(tables, 1, optimizer_slots=1)
+    assert plan.ranks[0].memory_bytes == (1000 * 64 + 500 * 8 + 2000 * 4) * 4 * 2
+    assert plan.ranks[0].lookup_load == 64 + 5 * 8 + 4  # elements fetched per sample: hotness x dim
+    assert [(p.name, p.dim, p.hotness, p.lookups_per_sample) for p in plan.tables] == [
+        ("wide", 64, 1, 1.0), ("bag", 8, 5, 5.0), ("narrow", 4, 1, 1.0)]
+    assert plan.pieces_on_rank(0)[1].shape == (500, 8)
+
+
+def test_column_slices_cut_each_tables_own_dim():
+    tables = [TableConfig("a", 100, 6), TableConfig("b", 100, 16)]
+    plan = plan_embeddings(tables, 2, ShardingConfig(column_slice_threshold_bytes=100 * 5 * 4))
+    assert [[(p.col_start, p.col_end) for _, p in t.pieces] for t in plan.tables] == [[(0, 3), (3, 6)],
+                                                                                     [(0, 8), (8, 16)]]
+    assert [r.memory_bytes for r in plan.ranks] == [100 * 11 * 4] * 2
