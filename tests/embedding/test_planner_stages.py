@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,7 @@ from dlrm.embedding.planner.strategies import (
     place_basic,
     place_largest_first,
     place_memory_balanced,
+    place_then_fill,
     water_level,
 )
 from dlrm.errors import UsageError
@@ -126,6 +128,16 @@ def test_memory_balanced_row_slices_a_table_to_fit_a_budget_whole_tables_cannot(
     assert [load.memory_bytes for load in plan.ranks] == [90, 90]
     with pytest.raises(PlanError, match="fits on no rank"):
         place_basic(tables, lay_out(tables, ShardingConfig(rank_memory_bytes=95)), 95)
+
+
+def test_a_row_sliced_table_the_fill_puts_whole_on_one_rank_is_table_wise():
+    # Table 0 (100 B) on rank 0; tables 1 and 2 (50 B each) to be cut fill rank 1 up to 100 B, each whole.
+    tables = _tables([100, 50, 50], dim=1, bytes_per_element=1)
+    layouts = [replace(layout, kind="row_sliced") if layout.table else layout
+               for layout in lay_out(tables, ShardingConfig())]
+    plan = place_then_fill(tables, layouts, None).plan("memory_balanced")
+    assert [(p.kind, [owned.rank for owned in p.pieces]) for p in plan.tables] == [
+        ("table_wise", [0]), ("table_wise", [1]), ("table_wise", [1])]
 
 
 def test_a_piece_without_room_is_reported_with_the_shortfall():
