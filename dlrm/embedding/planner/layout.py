@@ -1,8 +1,10 @@
-"""Layout, the planner's first stage: the checked table sizes, and for every table its kind and how it is cut.
+"""Layout, the planner's first stage: the checked tables (each its own rows, dim and hotness), and for every
+table its kind and how it is cut.
 
 Kinds (the strategy then gives every piece a rank):
 - ``replicated``    small tables (bytes <= replicate threshold): a full copy on every rank;
-- ``row_sliced``    tables bigger than one rank's memory budget: contiguous row ranges on distinct ranks;
+- ``row_sliced``    tables bigger than one rank's memory budget: contiguous row ranges on distinct ranks
+                    (the ``memory_balanced`` strategy also cuts tables that would leave the ranks uneven);
 - ``column_sliced`` tables above the column-slice threshold: column ranges on distinct ranks;
 - ``table_wise``    everything else: the whole table on one rank.
 """
