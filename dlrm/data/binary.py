@@ -56,7 +56,8 @@ class MappedFiles:
         self.mapping = mapping
         self.chunks = spec.binary_chunks(mapping)
         self.num_rows = spec.num_rows(mapping)
-        self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
+        self.label_chunk, self.numerical_chunk, self.categorical_chunks, self.group_chunk = \
+            split_by_channel(self.chunks)
         self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
         self.num_categorical = len(self.categorical_chunks)
         numerical = None if self.numerical_chunk is None else _map_file(self.numerical_chunk, self.num_rows)
