@@ -65,8 +65,13 @@ class Tables:
         """Split-binary spec of the dataset: `label`, `num_<j>`, the one-hot then the multi-hot features."""
         one_hot = {n: c for n, c, h in zip(self.names, self.cardinalities, self.hotness) if h == 1}
         multi_hot = {n: (c, h) for n, c, h in zip(self.names, self.cardinalities, self.hotness) if h > 1}
-        return FeatureSpec.split_binary("label", [f"num_{j}" for j in range(num_numerical)], one_hot,
-                                        mappings=("train", "test"), **({"multi_hot": multi_hot} if multi_hot else {}))
+        spec = FeatureSpec.split_binary("label", [f"num_{j}" for j in range(num_numerical)], one_hot,
+                                        mappings=("train", "test"), multi_hot=multi_hot)
+        for mapping, chunks in spec.source_spec.items():  # feature cat_<i>'s file is cat_<i>.bin
+            for chunk in chunks:
+                if chunk["features"][0] in self.names:
+                    chunk["files"] = [f"{mapping}/{chunk['features'][0]}.bin"]
+        return spec
 
 
 # ---------------------------------------------------------------------------------- the dataset

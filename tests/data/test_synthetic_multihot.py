@@ -3,14 +3,21 @@ import json
 import os
 import subprocess
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader
 from dlrm.data.criteo import MLPERF_HOTNESS, PRESET_NAMES, T0, TINY, cap_rows, preset_cardinalities, preset_hotness
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.synthetic import GROUND_TRUTH_FILE, ClickModel, Tables, generate_dataset, is_generated
+from dlrm.data.feature_spec import LABEL_CHANNEL, NUMERICAL_CHANNEL, FeatureSpec
+from dlrm.data.synthetic import (
+    GROUND_TRUTH_FILE,
+    ClickModel,
+    Tables,
+    generate_atomically,
+    generate_dataset,
+    is_generated,
+)
 from dlrm.data.synthetic_model import bag_weights, build_click_model
 from dlrm.data.synthetic_sampling import GeneratorParams, bag_ids, sample_features
 from dlrm.metrics import exact_auc, log_loss_from_logits
@@ -134,9 +141,22 @@ def multihot_dataset(tmp_path_factory):
     return out, spec
 
 
+class Rows(NamedTuple):
+    label: np.ndarray
+    numerical: np.ndarray
+    categorical: np.ndarray  # [n, total hotness], tables in the spec's order
+
+
 def read_all(directory, mapping):
+    """A mapping's rows read from its files as the spec lays them out (label, numerical, one array per table)."""
     spec = FeatureSpec.load(str(directory)).validate()
-    return spec, BatchReader(spec, mapping, spec.num_rows(mapping), prefetch=0).read_batch(0)
+    n = spec.num_rows(mapping)
+    columns = {LABEL_CHANNEL: [], NUMERICAL_CHANNEL: [np.zeros((n, 0), np.float16)], "tables": []}
+    for chunk in spec.binary_chunks(mapping):
+        values = np.fromfile(chunk.path, dtype=chunk.dtype).reshape(n, -1)
+        columns.get(chunk.channel, columns["tables"]).append(values)
+    return spec, Rows(columns[LABEL_CHANNEL][0][:, 0], np.hstack(columns[NUMERICAL_CHANNEL]),
+                      np.hstack(columns["tables"]).astype(np.int32))
 
 
 def test_multihot_dataset_reads_back_with_its_spec(multihot_dataset):
@@ -187,6 +207,18 @@ def test_multihot_dataset_without_numerical_features(tmp_path):
     assert is_generated(str(tmp_path), CARDS, 2000, 4000, 4, HOTNESS)
     assert not is_generated(str(tmp_path), CARDS, 2000, 4000, 4)  # the one-hot dataset of these tables
     assert not is_generated(str(tmp_path), CARDS, 2000, 4000, 4, [1, 4, 1, 12, 2, 2])
+
+
+def test_a_cached_one_hot_dataset_is_not_taken_for_the_multihot_one(tmp_path):
+    """The embedded demo's reuse check: same tables and seed, other hotness -> generated anew, atomically."""
+    directory = tmp_path / "data"
+    generate_atomically(str(directory), CARDS, 500, 200, 1)
+    assert is_generated(str(directory), CARDS, 500, 200, 1) and not is_generated(str(directory), CARDS, 500, 200, 1,
+                                                                                 HOTNESS)
+    generate_atomically(str(directory), CARDS, 500, 200, 1, HOTNESS)
+    assert is_generated(str(directory), CARDS, 500, 200, 1, HOTNESS)
+    assert not is_generated(str(directory), CARDS, 500, 200, 1)
+    assert list(tmp_path.iterdir()) == [directory]
 
 
 def test_multihot_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
