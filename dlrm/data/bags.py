@@ -21,8 +21,9 @@ def bad_bag_rows(ids: np.ndarray, cardinality: int) -> np.ndarray:
     return out_of_range.any(axis=1) | id_after_padding.any(axis=1)
 
 
-def bad_onehot_rows(ids: np.ndarray, cardinality: int) -> np.ndarray:
-    """bool [n]: the rows of one-hot ids [n] outside [0, cardinality) (-1 included: one-hot rows have no padding)."""
+def bad_onehot_rows(ids: np.ndarray, cardinality) -> np.ndarray:
+    """bool: which one-hot ids (of one table [n], or of tables [n, tables] with their cardinalities) are
+    outside [0, cardinality) (-1 included: a one-hot row has no padding)."""
     ids = np.asarray(ids, dtype=np.int64)
     return (ids < 0) | (ids >= cardinality)
 
