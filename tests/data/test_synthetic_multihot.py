@@ -8,8 +8,10 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
+from dlrm.data.binary import BatchReader
 from dlrm.data.criteo import MLPERF_HOTNESS, PRESET_NAMES, T0, TINY, cap_rows, preset_cardinalities, preset_hotness
 from dlrm.data.feature_spec import LABEL_CHANNEL, NUMERICAL_CHANNEL, FeatureSpec
+from dlrm.data.lr_baseline import logistic_regression_auc
 from dlrm.data.synthetic import (
     GROUND_TRUTH_FILE,
     ClickModel,
@@ -162,6 +164,9 @@ def read_all(directory, mapping):
 def test_multihot_dataset_reads_back_with_its_spec(multihot_dataset):
     out, _ = multihot_dataset
     spec, test = read_all(out, "test")
+    batch = BatchReader(spec, "test", 20_000, prefetch=0).read_batch(0)  # the trainer's reader agrees
+    assert np.array_equal(batch.categorical, test.categorical) and np.array_equal(batch.label, test.label)
+    assert np.array_equal(batch.numerical, test.numerical.astype(np.float32))
     features = spec.feature_spec
     for i, (card, hot) in enumerate(zip(CARDS, HOTNESS)):
         assert features[f"cat_{i}"]["cardinality"] == card
@@ -195,6 +200,12 @@ def test_multihot_bayes_auc_is_exact(multihot_dataset):
     assert model.table_hotness == list(hotness) and model.bag_pooling == "mean"
     assert exact_auc(test.label, model.click_logits(test.numerical, test.categorical)) == meta["bayes_auc"]
     assert 0.7 < meta["bayes_auc"] < 0.9 and abs(float(test.label.mean()) - 0.25) < 0.02
+
+
+def test_logistic_regression_learns_from_bags(multihot_dataset):
+    out, _ = multihot_dataset
+    result = logistic_regression_auc(FeatureSpec.load(str(out)), epochs=2)
+    assert 0.6 < result["lr_auc"] < result["bayes_auc"] + 0.005
 
 
 def test_multihot_dataset_without_numerical_features(tmp_path):
