@@ -1,6 +1,5 @@
 """Synthetic generator, multi-hot: bags of ids, a ground truth that pools them, exact Bayes AUC, presets."""
 import json
-import os
 import subprocess
 import sys
 from typing import NamedTuple
@@ -23,16 +22,12 @@ from dlrm.data.synthetic import (
 from dlrm.data.synthetic_model import bag_weights, build_click_model
 from dlrm.data.synthetic_sampling import GeneratorParams, bag_ids, sample_features
 from dlrm.metrics import exact_auc, log_loss_from_logits
+from tests.data.test_synthetic import files_of
 from tests.support import ROOT
 
 CARDS = [50, 3000, 7, 900, 400, 1]
 HOTNESS = [1, 4, 1, 12, 2, 3]  # one-hot and multi-hot mixed, a one-row table among the bags
 MLPERF = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
-
-
-def files_of(root):
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
-            for d, _, names in os.walk(root) for f in names}
 
 
 def independent_logits(ground_truth: str, hotness, numerical, categorical):
