@@ -16,17 +16,21 @@ import numpy as np
 
 from dlrm.data.decode_arrays import BatchArrays
 
+# (label, numerical, categorical, group or None): one batch's output arrays
+OutputSet = tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray]]
+
 
 @dataclass
 class Batch:
     """This rank's contiguous slice of one global batch."""
 
     numerical: np.ndarray  # float32 [b, num_numerical]
-    categorical: np.ndarray  # int32 [b, num_categorical]
+    categorical: np.ndarray  # int32 [b, total_hotness]: each table's ids in table order, multi-hot rows -1 padded
     label: np.ndarray  # float32 [b]
     global_rows: int  # rows in the whole global batch (all ranks), for loss normalisation
     index: int = 0  # global batch index within the epoch
     first_row: int = 0  # dataset row of this slice's first row
+    group: Optional[np.ndarray] = None  # int64 [b] group ids (the spec's `map` channel), else None
     pool: Optional["BatchBuffers"] = field(default=None, repr=False, compare=False)  # where release() returns
 
     def release(self) -> None:
@@ -55,16 +59,18 @@ class BatchBuffers:
     a new one, which replaces the oldest in the pool when the pool is full (whoever holds the old set
     keeps it; the pool forgets it, so batches kept for long never starve the pool)."""
 
-    def __init__(self, num_numerical: int, num_categorical: int, keep: int):
-        self._widths = (num_numerical, num_categorical)
+    def __init__(self, num_numerical: int, total_hotness: int, keep: int, group: bool = False):
+        self._widths = (num_numerical, total_hotness)
+        self._group = group
         self._keep = keep
-        self._sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (label, numerical, categorical)
+        self._sets: list[OutputSet] = []
         self._released: list[bool] = []
         self._oldest = 0
         self._lock = threading.Lock()  # prefetch workers take sets while the consumer releases them
 
-    def take(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(label [rows], numerical [rows, F], categorical [rows, T]) that no batch in use holds."""
+    def take(self, rows: int) -> OutputSet:
+        """(label [rows], numerical [rows, F], categorical [rows, H], group [rows] or None) that no batch
+        in use holds."""
         with self._lock:
             for k, arrays in enumerate(self._sets):
                 if self._released[k] and arrays[0].shape[0] == rows:
@@ -72,7 +78,8 @@ class BatchBuffers:
                     return arrays
             numerical, categorical = self._widths
             arrays = (np.empty(rows, dtype=np.float32), np.empty((rows, numerical), dtype=np.float32),
-                      np.empty((rows, categorical), dtype=np.int32))
+                      np.empty((rows, categorical), dtype=np.int32),
+                      np.empty(rows, dtype=np.int64) if self._group else None)
             if len(self._sets) < self._keep:
                 self._sets.append(arrays)
                 self._released.append(False)

@@ -14,6 +14,7 @@ from typing import Callable, Iterator, TypeVar, Union
 import numpy as np
 
 from dlrm.data import decode
+from dlrm.data.bags import bag_problem, onehot_problem
 from dlrm.data.batch import Batch, BatchBuffers, batches_ahead, kernel_view, pooled_output_sets
 from dlrm.data.errors import DataError
 from dlrm.data.feature_spec import BinaryChunk, FeatureSpec
@@ -56,13 +57,19 @@ class MappedFiles:
         self.mapping = mapping
         self.chunks = spec.binary_chunks(mapping)
         self.num_rows = spec.num_rows(mapping)
-        self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
+        self.label_chunk, self.numerical_chunk, self.categorical_chunks, self.group_chunk = \
+            split_by_channel(self.chunks)
         self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
         self.num_categorical = len(self.categorical_chunks)
+        self.num_onehot = sum(not chunk.multi_hot for chunk in self.categorical_chunks)
+        self.total_hotness = sum(chunk.hotness for chunk in self.categorical_chunks)
         numerical = None if self.numerical_chunk is None else _map_file(self.numerical_chunk, self.num_rows)
         self.columns = [_map_file(c, self.num_rows) for c in self.categorical_chunks]
+        self.group = None if self.group_chunk is None else _map_file(self.group_chunk, self.num_rows)
+        tables = self.categorical_chunks
         self.sources = decode.row_sources(_map_file(self.label_chunk, self.num_rows), numerical, self.num_numerical,
-                                          self.columns, spec.cardinalities)
+                                          self.columns, spec.cardinalities, [c.hotness for c in tables],
+                                          [c.multi_hot for c in tables])
 
     def check_rows(self, begin: int, end: int, threads: int = 1,
                    block_rows: int = decode.CHECK_BLOCK_ROWS) -> tuple[int, tuple[int, int, int]]:
@@ -84,8 +91,9 @@ class MappedFiles:
             bits = self.sources.half if self.sources.half.size else self.sources.single
             why = f"numerical value {bits[at:at + 1].view(chunk.dtype)[0]} is NaN or inf"
         else:
-            chunk = self.categorical_chunks[column]
-            why = f"id {int(self.columns[column][row])} is outside [0, {self.sources.cards[column]})"
+            chunk, card = self.categorical_chunks[column], int(self.sources.cards[column])
+            values = self.columns[column][row * chunk.hotness:(row + 1) * chunk.hotness]
+            why = bag_problem(values, card) if chunk.multi_hot else onehot_problem(values[0], card)
         return DataError(why, chunk.path, chunk.features[column if kind == decode.NUMERICAL else 0], row)
 
 
@@ -129,6 +137,7 @@ class BatchReader:
         self.files = MappedFiles(spec, mapping)
         self.chunks, self.num_rows = self.files.chunks, self.files.num_rows
         self.num_numerical, self.num_categorical = self.files.num_numerical, self.files.num_categorical
+        self.total_hotness = self.files.total_hotness
         full, remainder = divmod(self.num_rows, global_batch_size)
         if partial_batch == "keep":
             self.num_batches, self.rows_skipped = full + (1 if remainder else 0), 0
@@ -140,8 +149,8 @@ class BatchReader:
         self._iterated = False
         self._thread_local = threading.local()
         self._kernels = decode.host_kernels()
-        self._buffers = BatchBuffers(self.num_numerical, self.num_categorical,
-                                     keep=pooled_output_sets(prefetch, threads))
+        self._buffers = BatchBuffers(self.num_numerical, self.total_hotness,
+                                     keep=pooled_output_sets(prefetch, threads), group=self.files.group is not None)
 
     def __len__(self) -> int:
         return self.num_batches
@@ -163,11 +172,13 @@ class BatchReader:
             raise IndexError(f"batch {index} is outside [0, {self.num_batches})")
         begin, end = self.local_rows(index)
         global_rows = min(self.global_batch_size, self.num_rows - index * self.global_batch_size)
-        label, numerical, categorical = self._buffers.take(end - begin)
+        label, numerical, categorical, group = self._buffers.take(end - begin)
         parts = max(1, min(threads, (end - begin) // MIN_ROWS_PER_THREAD))
         kind, column, row = self._kernels.decode_rows(self.files.sources, begin, parts, self._scratch(parts),
                                                       kernel_view(label, numerical, categorical))
-        batch = Batch(numerical, categorical, label, global_rows, index, begin, pool=self._buffers)
+        if group is not None and self.files.group is not None:
+            group[:] = self.files.group[begin:end]
+        batch = Batch(numerical, categorical, label, global_rows, index, begin, group, pool=self._buffers)
         if kind >= 0:
             batch.release()
             raise self.files.bad_value(kind, column, begin + row)
@@ -177,7 +188,7 @@ class BatchReader:
         """Per-thread scratch for the decode (a reader may decode on its prefetch threads and the caller's)."""
         scratch = getattr(self._thread_local, "scratch", None)
         if scratch is None or scratch.shape[0] < parts:
-            scratch = decode.new_scratch(parts, self.num_categorical)
+            scratch = decode.new_scratch(parts, self.files.num_onehot)
             self._thread_local.scratch = scratch
         return scratch
 

@@ -35,7 +35,8 @@ from dlrm.data.decode_arrays import (
     new_scratch,
     row_sources,
 )
-from dlrm.data.decode_numba import check_threading_layer, part_bounds
+from dlrm.data.decode_numba import part_bounds
+from dlrm.data.numba_threads import check_threading_layer
 
 __all__ = ["CATEGORICAL", "CATEGORICAL_BLOCK_ROWS", "CHECK_BLOCK_ROWS", "LABEL", "NO_ERROR", "NUMERICAL",
            "SCRATCH_PAD", "BatchArrays", "RowSources", "earliest", "empty_mapping", "new_scratch", "row_sources",

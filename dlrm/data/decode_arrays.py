@@ -2,9 +2,12 @@
 
 Every kernel takes a mapping's file arrays as one `RowSources` and, when it decodes, the batch's
 output arrays as one `BatchArrays` (numba passes named tuples of arrays to compiled code as they are).
-A kernel checks the values it reads (label in {0, 1}, numericals finite, ids in [0, cardinality))
-and returns the position of the first bad one instead of raising, so the caller can name the file,
-the feature and the row.
+A kernel checks the values it reads (label in {0, 1}, numericals finite, ids in [0, cardinality),
+multi-hot rows padded with -1 only at their end) and returns the position of the first bad one
+instead of raising, so the caller can name the file, the feature and the row.
+
+Tables come in contract order: the one-hot ones first (table j at batch column j), then the
+multi-hot ones (`max_hotness` columns each), so the one-hot tables keep their fast kernel.
 """
 from __future__ import annotations
 
@@ -40,6 +43,13 @@ class RowSources(NamedTuple):
     cols32: tuple
     targets32: np.ndarray
     cards: np.ndarray  # int64 cardinality per table
+    onehot: int  # one-hot tables (tables 0 .. onehot-1, batch columns 0 .. onehot-1)
+    bags8: tuple  # the int8 multi-hot files, flat [rows * hotness] (one empty dummy when there are none)
+    bag_meta8: np.ndarray  # int64 [files, 3]: (table, first batch column, hotness) of each of them
+    bags16: tuple
+    bag_meta16: np.ndarray
+    bags32: tuple
+    bag_meta32: np.ndarray
 
 
 class BatchArrays(NamedTuple):
@@ -47,7 +57,7 @@ class BatchArrays(NamedTuple):
 
     label: np.ndarray  # float32 [rows]
     numerical_bits: np.ndarray  # uint32 [rows * width]: the float32 output's bit patterns
-    categorical: np.ndarray  # int32 [rows, tables], C order
+    categorical: np.ndarray  # int32 [rows, total hotness], C order
 
 
 def read_only(array: np.ndarray) -> np.ndarray:
@@ -63,31 +73,54 @@ def empty_mapping(dtype) -> np.ndarray:
 
 
 def row_sources(label: np.ndarray, numerical: np.ndarray | None, width: int, columns: Sequence[np.ndarray],
-                cardinalities) -> RowSources:
-    """Group a mapping's arrays for the kernels: the numericals as float bit patterns, the id columns
-    by stored dtype."""
+                cardinalities, hotness: Sequence[int] = (), multi_hot: Sequence[bool] = ()) -> RowSources:
+    """Group a mapping's arrays for the kernels: the numericals as float bit patterns, the id files by
+    kind (one-hot, multi-hot) and stored dtype. `hotness` / `multi_hot` per table (default: one-hot)."""
     half, single = empty_mapping(np.uint16), empty_mapping(np.uint32)
     if numerical is not None and numerical.dtype.itemsize == 2:
         half = read_only(numerical.view(np.uint16))
     elif numerical is not None:
         single = read_only(numerical.view(np.uint32))
-    def group(dtype) -> tuple[tuple, np.ndarray]:
-        targets = [j for j, col in enumerate(columns) if col.dtype == dtype]
-        return tuple(read_only(columns[j]) for j in targets) or (empty_mapping(dtype),), np.asarray(targets, np.int64)
+    bags = list(multi_hot) or [False] * len(columns)
+    onehot = next((j for j, bag in enumerate(bags) if bag), len(bags))
+    if not all(bags[onehot:]):
+        raise ValueError("the one-hot tables must come before the multi-hot ones (contract order)")
+    widths = list(hotness) or [1] * len(columns)
+    starts = np.cumsum([0] + widths)
 
-    (cols8, targets8), (cols16, targets16), (cols32, targets32) = group(np.int8), group(np.int16), group(np.int32)
+    def group(dtype, multi: bool) -> tuple[tuple, np.ndarray]:
+        chosen = [j for j, col in enumerate(columns) if col.dtype == dtype and bags[j] == multi]
+        meta = [[j, starts[j], widths[j]] for j in chosen] if multi else chosen
+        return (tuple(read_only(columns[j]) for j in chosen) or (empty_mapping(dtype),),
+                np.asarray(meta, np.int64).reshape((-1, 3) if multi else (-1,)))
+
+    dtypes = (np.int8, np.int16, np.int32)
+    (cols8, targets8), (cols16, targets16), (cols32, targets32) = (group(d, False) for d in dtypes)
+    (bags8, meta8), (bags16, meta16), (bags32, meta32) = (group(d, True) for d in dtypes)
     return RowSources(read_only(label.view(np.uint8)), half, single, width, cols8, targets8, cols16, targets16,
-                      cols32, targets32, np.asarray(cardinalities, np.int64))
+                      cols32, targets32, np.asarray(cardinalities, np.int64), onehot, bags8, meta8, bags16, meta16,
+                      bags32, meta32)
 
 
 def id_groups(sources: RowSources) -> tuple:
-    """((columns, table indices) per stored id dtype) of `sources`."""
+    """((one-hot columns, table indices) per stored id dtype) of `sources`."""
     return ((sources.cols8, sources.targets8), (sources.cols16, sources.targets16),
             (sources.cols32, sources.targets32))
 
 
+def bag_groups(sources: RowSources) -> tuple:
+    """((multi-hot files, (table, first column, hotness) rows) per stored id dtype) of `sources`."""
+    return ((sources.bags8, sources.bag_meta8), (sources.bags16, sources.bag_meta16),
+            (sources.bags32, sources.bag_meta32))
+
+
+def total_hotness(sources: RowSources) -> int:
+    """Width of the batch's categorical array: one column per one-hot table, `hotness` per multi-hot one."""
+    return sources.onehot + sum(int(meta[:, 2].sum()) for _, meta in bag_groups(sources))
+
+
 def new_scratch(parts: int, tables: int, block_rows: int = CATEGORICAL_BLOCK_ROWS) -> np.ndarray:
-    """Scratch for a compiled row decode: [parts, tables, block rows + pad] int32 (one block per part)."""
+    """Scratch for a compiled row decode: [parts, one-hot tables, block rows + pad] int32 (one block per part)."""
     return np.empty((parts, tables, block_rows + SCRATCH_PAD), dtype=np.int32)
 
 

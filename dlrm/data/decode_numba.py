@@ -8,15 +8,13 @@ same arguments, same results.
 """
 from __future__ import annotations
 
-import os
-import threading
-
 import numba
 import numpy as np
 
 from dlrm.data.decode_arrays import CATEGORICAL, LABEL, NUMERICAL, SCRATCH_PAD, RowSources, earliest
+from dlrm.data.decode_bags import check_bag_group, decode_bag_group
+from dlrm.data.numba_threads import use_threads
 from dlrm.data.simd import half_to_float_16, transpose_8x8
-from dlrm.errors import EnvironmentProblem
 
 HALF_SPECIAL = np.uint16(0x7C00)  # exponent bits all set: inf or NaN
 SINGLE_SPECIAL = np.uint32(0x7F800000)
@@ -116,7 +114,7 @@ def _first_bad_widened(wide, m, lo, hi, cards):
     """(table, row) of the earliest id outside [0, cardinality) among the first `m` widened rows (the
     lowest table of that row), else (-1, m); `lo`/`hi` are each table's min and max."""
     bad_table, bad_row = -1, m
-    for j in range(cards.shape[0]):
+    for j in range(lo.shape[0]):
         if lo[j] < 0 or hi[j] >= cards[j]:
             for r in range(bad_row):  # only rows before the earliest found so far
                 if wide[j, r] < 0 or wide[j, r] >= cards[j]:
@@ -126,19 +124,20 @@ def _first_bad_widened(wide, m, lo, hi, cards):
 
 
 @numba.njit(nogil=True, cache=True)
-def _transpose_block(wide, m, block):
-    """block[r, j] = wide[j, r] for the first `m` rows: 8x8 tiles, then the leftover rows and tables.
+def _transpose_block(wide, tables, m, block):
+    """block[r, j] = wide[j, r] for the first `m` rows and `tables` tables: 8x8 tiles, then the leftover
+    rows and tables (`block` rows may be wider: the multi-hot columns follow).
 
     When the table count is not a multiple of 8 the last tile overlaps the one before (it rewrites a
     few columns with the same values); fewer than 8 tables are copied one by one."""
-    tables = block.shape[1]
+    row_stride = block.shape[1]
     stride = wide.shape[1]
     tiled_tables = tables if tables >= 8 else 0
     tiled_rows = m - m % 8
     for r in range(0, tiled_rows, 8):
         for j0 in range(0, tiled_tables, 8):
             j = min(j0, tables - 8)
-            transpose_8x8(wide, j * stride + r, stride, block, r * tables + j, tables)
+            transpose_8x8(wide, j * stride + r, stride, block, r * row_stride + j, row_stride)
     for r in range(tiled_rows, m):
         for j in range(tiled_tables):
             block[r, j] = wide[j, r]
@@ -148,15 +147,15 @@ def _transpose_block(wide, m, block):
 
 
 @numba.njit(nogil=True, cache=True)
-def decode_categorical(sources, first, wide, out):
-    """File rows first .. first + len(out) of the id columns -> out int32 [rows, tables] (C order).
+def _decode_onehot(sources, first, wide, out):
+    """File rows first .. first + len(out) of the one-hot id columns -> their columns of `out`.
 
-    Rows go in blocks of the scratch `wide`'s size ([tables, block rows + SCRATCH_PAD] int32): each
-    column's block is widened into `wide` (contiguous, vectorised, with the range check), then
+    Rows go in blocks of the scratch `wide`'s size ([one-hot tables, block rows + SCRATCH_PAD] int32):
+    each column's block is widened into `wide` (contiguous, vectorised, with the range check), then
     transposed into `out` in 8x8 tiles. Returns (table, row of out) of the first id outside
-    [0, cardinality) in row-major order (the earliest row, its lowest table), else (-1, -1).
+    [0, cardinality) in row-major order (the earliest row, its lowest table), else (-1, len(out)).
     """
-    n, tables = out.shape
+    n, tables = out.shape[0], sources.onehot
     lo = np.zeros(tables, dtype=np.int32)
     hi = np.zeros(tables, dtype=np.int32)
     block_rows = wide.shape[1] - SCRATCH_PAD
@@ -168,7 +167,28 @@ def decode_categorical(sources, first, wide, out):
         bad_table, bad_row = _first_bad_widened(wide, r1 - r0, lo, hi, sources.cards)
         if bad_table >= 0:
             return bad_table, r0 + bad_row
-        _transpose_block(wide, r1 - r0, out[r0:r1])
+        _transpose_block(wide, tables, r1 - r0, out[r0:r1])
+    return -1, n
+
+
+@numba.njit(nogil=True, cache=True)
+def decode_categorical(sources, first, wide, out):
+    """File rows first .. first + len(out) of the id files -> out int32 [rows, total hotness] (C order):
+    the one-hot tables (`_decode_onehot`), then the multi-hot ones (`decode_bags`). Returns (table, row
+    of out) of the earliest bad row (its lowest table), else (-1, -1)."""
+    n = out.shape[0]
+    table, row = -1, n
+    if sources.onehot:
+        table, row = _decode_onehot(sources, first, wide, out)
+    best_row, best_table = row, (table if table >= 0 else sources.cards.shape[0])
+    best_row, best_table = decode_bag_group(sources.bags8, sources.bag_meta8, sources.cards, first, out,
+                                            best_row, best_table)
+    best_row, best_table = decode_bag_group(sources.bags16, sources.bag_meta16, sources.cards, first, out,
+                                            best_row, best_table)
+    best_row, best_table = decode_bag_group(sources.bags32, sources.bag_meta32, sources.cards, first, out,
+                                            best_row, best_table)
+    if best_row < n:
+        return best_table, best_row
     return -1, -1
 
 
@@ -211,11 +231,12 @@ def _decode_parts(sources, first, wides, out, status):
     """`decode_part` on len(status) row ranges in parallel; status[p] = part p's result."""
     parts = status.shape[0]
     # A parallel loop cannot take in a named tuple holding tuples of arrays: it takes the fields.
-    label, half, single, width, cols8, targets8, cols16, targets16, cols32, targets32, cards = sources
+    (label, half, single, width, cols8, targets8, cols16, targets16, cols32, targets32, cards, onehot,
+     bags8, bag_meta8, bags16, bag_meta16, bags32, bag_meta32) = sources
     for p in numba.prange(parts):
         lo, hi = part_bounds(out.label.shape[0], parts, p)
         part_sources = RowSources(label, half, single, width, cols8, targets8, cols16, targets16, cols32, targets32,
-                                  cards)
+                                  cards, onehot, bags8, bag_meta8, bags16, bag_meta16, bags32, bag_meta32)
         kind, column, row = decode_part(part_sources, first, lo, hi, wides[p], out)
         status[p, 0] = kind
         status[p, 1] = column
@@ -285,6 +306,9 @@ def check_block(sources, lo, hi):
         id_row, table = _first_bad_id(sources.cols8, sources.targets8, sources.cards, lo, hi, id_row, table)
         id_row, table = _first_bad_id(sources.cols16, sources.targets16, sources.cards, lo, hi, id_row, table)
         id_row, table = _first_bad_id(sources.cols32, sources.targets32, sources.cards, lo, hi, id_row, table)
+        id_row, table = check_bag_group(sources.bags8, sources.bag_meta8, sources.cards, lo, hi, id_row, table)
+        id_row, table = check_bag_group(sources.bags16, sources.bag_meta16, sources.cards, lo, hi, id_row, table)
+        id_row, table = check_bag_group(sources.bags32, sources.bag_meta32, sources.cards, lo, hi, id_row, table)
         if id_row < row:
             kind, column, row = CATEGORICAL, table, id_row
     if kind < 0:
@@ -310,10 +334,11 @@ def _check_blocks_serial(sources, begin, end, block_rows, status, positives):
 
 @numba.njit(nogil=True, cache=True, parallel=True)
 def _check_blocks_parallel(sources, begin, end, block_rows, status, positives):
-    label, half, single, width, cols8, targets8, cols16, targets16, cols32, targets32, cards = sources  # see above
+    (label, half, single, width, cols8, targets8, cols16, targets16, cols32, targets32, cards, onehot,
+     bags8, bag_meta8, bags16, bag_meta16, bags32, bag_meta32) = sources  # see above
     for block in numba.prange(status.shape[0]):
         block_sources = RowSources(label, half, single, width, cols8, targets8, cols16, targets16, cols32,
-                                   targets32, cards)
+                                   targets32, cards, onehot, bags8, bag_meta8, bags16, bag_meta16, bags32, bag_meta32)
         _check_one_block(block_sources, begin, end, block_rows, block, status, positives)
 
 
@@ -330,49 +355,3 @@ def check_rows(sources, begin: int, end: int, threads: int, block_rows: int) -> 
     else:
         _check_blocks_serial(sources, begin, end, block_rows, status, positives)
     return int(positives.sum()), earliest(status)
-
-
-# ====================================================================== numba's thread pool
-_threading_layer_checked = False
-_threading_layer_lock = threading.Lock()  # prefetch workers reach the first parallel decode together
-
-
-@numba.njit(parallel=True, cache=True)
-def _probe_threads(out):
-    for i in numba.prange(out.shape[0]):
-        out[i] = i
-
-
-def check_threading_layer() -> None:
-    """Start numba's thread pool once, on a thread-safe layer; a clear error if none loads.
-
-    Several decode threads run in numba's thread pool. Its fallback "workqueue" layer aborts the
-    process when two threads launch kernels at once (e.g. a training and an evaluation reader
-    prefetching), so unless the user chose a layer (NUMBA_THREADING_LAYER), ask for TBB or OpenMP.
-    """
-    global _threading_layer_checked
-    if _threading_layer_checked:
-        return
-    with _threading_layer_lock:
-        if not _threading_layer_checked:
-            _start_thread_pool()
-            _threading_layer_checked = True
-
-
-def _start_thread_pool() -> None:
-    if "NUMBA_THREADING_LAYER" not in os.environ:
-        numba.config.THREADING_LAYER = "threadsafe"  # read when the pool starts, i.e. just below
-    try:
-        _probe_threads(np.empty(2, np.int64))
-    except ValueError as error:  # numba: "No threading layer could be loaded"
-        raise EnvironmentProblem("decoding a batch on several threads needs numba's OpenMP or TBB threading "
-                                 "layer (Debian: apt-get install libgomp1); use one decode thread otherwise") from error
-    if numba.threading_layer() == "workqueue":
-        raise EnvironmentProblem("numba's workqueue threading layer is not thread-safe "
-                                 "(NUMBA_THREADING_LAYER=workqueue): use omp or tbb, or one decode thread")
-
-
-def use_threads(threads: int) -> None:
-    """Run this thread's next parallel launches on up to `threads` of numba's threads."""
-    check_threading_layer()
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlrm.data.bags import bad_bag_rows, bad_onehot_rows
 from dlrm.data.decode_arrays import (
     CATEGORICAL,
     LABEL,
@@ -16,8 +17,10 @@ from dlrm.data.decode_arrays import (
     NUMERICAL,
     BatchArrays,
     RowSources,
+    bag_groups,
     earliest,
     id_groups,
+    total_hotness,
 )
 
 
@@ -44,15 +47,35 @@ def decode_single(src: np.ndarray, out_bits: np.ndarray) -> int:
     return _first((src & 0x7F800000) == 0x7F800000)
 
 
-def decode_categorical(sources: RowSources, first: int, wide, out: np.ndarray) -> tuple[int, int]:
-    """File rows first .. first + len(out) of the id columns -> out int32 [rows, tables]; (table, row
-    of out) of the first id outside [0, cardinality) in row-major order, else (-1, -1)."""
-    rows = slice(first, first + out.shape[0])
+def _gather_ids(sources: RowSources, first: int, out: np.ndarray) -> None:
+    """File rows first .. first + len(out) of every id file -> out [rows, total hotness] (table order)."""
+    n = out.shape[0]
     for cols, targets in id_groups(sources):
         for col, j in zip(cols, targets):  # an empty group's dummy column has no target: skipped
-            out[:, j] = col[rows]
-    bad_rows, bad_tables = np.nonzero((out < 0) | (out >= sources.cards))  # row-major order
+            out[:, j] = col[first:first + n]
+    for bags, meta in bag_groups(sources):
+        for bag, (_, start, hotness) in zip(bags, meta):
+            out[:, start:start + hotness] = bag[first * hotness:(first + n) * hotness].reshape(n, hotness)
+
+
+def _first_bad_id(sources: RowSources, ids: np.ndarray) -> tuple[int, int]:
+    """(table, row) of the earliest bad row of ids [rows, total hotness] (its lowest table), else (-1, -1)."""
+    bad = np.zeros((ids.shape[0], sources.cards.shape[0]), bool)
+    onehot = sources.onehot
+    bad[:, :onehot] = bad_onehot_rows(ids[:, :onehot], sources.cards[:onehot])
+    for _, meta in bag_groups(sources):
+        for j, start, hotness in meta:
+            bad[:, j] = bad_bag_rows(ids[:, start:start + hotness], sources.cards[j])
+    bad_rows, bad_tables = np.nonzero(bad)  # row-major order
     return (int(bad_tables[0]), int(bad_rows[0])) if bad_rows.size else (-1, -1)
+
+
+def decode_categorical(sources: RowSources, first: int, wide, out: np.ndarray) -> tuple[int, int]:
+    """File rows first .. first + len(out) of the id files -> out int32 [rows, total hotness]; (table, row
+    of out) of the earliest bad row (an id outside [0, cardinality), padding before an id), its lowest
+    table, else (-1, -1)."""
+    _gather_ids(sources, first, out)
+    return _first_bad_id(sources, out)
 
 
 def _bad_numerical(sources: RowSources, lo: int, hi: int) -> tuple[int, int, int]:
@@ -64,12 +87,10 @@ def _bad_numerical(sources: RowSources, lo: int, hi: int) -> tuple[int, int, int
 
 
 def _bad_id(sources: RowSources, lo: int, hi: int) -> tuple[int, int, int]:
-    ids = np.zeros((hi - lo, sources.cards.shape[0]), np.int64)
-    for cols, targets in id_groups(sources):
-        for col, j in zip(cols, targets):
-            ids[:, j] = col[lo:hi]
-    bad_rows, bad_tables = np.nonzero((ids < 0) | (ids >= sources.cards))
-    return (CATEGORICAL, int(bad_tables[0]), lo + int(bad_rows[0])) if bad_rows.size else NO_ERROR
+    ids = np.empty((hi - lo, total_hotness(sources)), np.int32)
+    _gather_ids(sources, lo, ids)
+    table, row = _first_bad_id(sources, ids)
+    return (CATEGORICAL, table, lo + row) if table >= 0 else NO_ERROR
 
 
 def check_block(sources: RowSources, lo: int, hi: int) -> tuple[int, int, int, int]:

@@ -1,9 +1,11 @@
 """Dataset description (`feature_spec.yaml`), same concepts as NVIDIA's "BYO dataset" feature spec.
 
 Four sections:
-- `feature_spec`: per feature its `dtype` and, for categorical features, `cardinality`;
+- `feature_spec`: per feature its `dtype` and, for categorical features, `cardinality` (multi-hot:
+  `max_hotness`; optional `embedding_dim`, `combiner`);
 - `source_spec`: per mapping (`train`, `test`) a list of chunks `{type, features, files}`;
-- `channel_spec`: which features are the `label`, the `numerical` and the `categorical` inputs;
+- `channel_spec`: which features are the `label`, the `numerical`, the one-hot (`categorical` or
+  `onehot_categorical`) and `multihot_categorical` inputs and the `map` (per-row group id);
 - `metadata`: free-form (the generator records its ground truth here; `num_rows` per mapping).
 
 File paths in `source_spec` are relative to the directory holding the yaml file. `validate()` checks
@@ -21,40 +23,50 @@ import yaml
 
 from dlrm.atomic import write_text_atomically
 from dlrm.data.errors import SpecError
+from dlrm.data.spec_rules import (
+    CATEGORICAL_CHANNEL,
+    CHANNELS,
+    CHUNK_TYPES,
+    LABEL_CHANNEL,
+    MAP_CHANNEL,
+    MULTIHOT_CHANNEL,
+    NUMERICAL_CHANNEL,
+    ONE_FEATURE_PER_FILE,
+    ONEHOT_CHANNEL,
+    SPLIT_BINARY,
+    categorical_dtype,
+    channel_problems,
+    feature_problems,
+    split_binary_chunks,
+)
 
 SPEC_FILE_NAME = "feature_spec.yaml"
-LABEL_CHANNEL = "label"
-NUMERICAL_CHANNEL = "numerical"
-CATEGORICAL_CHANNEL = "categorical"
-CHANNELS = (LABEL_CHANNEL, NUMERICAL_CHANNEL, CATEGORICAL_CHANNEL)
-SPLIT_BINARY = "split_binary"
-CSV = "csv"
-CHUNK_TYPES = (SPLIT_BINARY, CSV)
-
-_CATEGORICAL_DTYPES = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.int32))
-_NUMERICAL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
-
-
-def categorical_dtype(cardinality: int) -> np.dtype:
-    """Smallest of int8/int16/int32 holding ids 0 .. cardinality-1."""
-    for dtype in _CATEGORICAL_DTYPES:
-        if cardinality - 1 <= np.iinfo(dtype).max:
-            return dtype
-    raise ValueError(f"cardinality {cardinality} does not fit int32 ids")
 
 
 @dataclass(frozen=True)
 class BinaryChunk:
-    """One split-binary file: fixed-size records of `len(features)` values of `dtype`."""
+    """One split-binary file: fixed-size records of `len(features) * hotness` values of `dtype`.
+
+    `hotness` > 1 or `multi_hot` only for a multi-hot feature: `hotness` (its max_hotness) ids per row,
+    real ids first, then -1 padding.
+    """
 
     path: str  # absolute
     channel: str
     features: tuple[str, ...]
     dtype: np.dtype
+    hotness: int = 1
+    multi_hot: bool = False
 
     @property
     def record_bytes(self) -> int:
-        return self.dtype.itemsize * len(self.features)
+        return self.dtype.itemsize * len(self.features) * self.hotness
+
+    @property
+    def record_shape(self) -> str:
+        if self.multi_hot:
+            return f"max_hotness {self.hotness} x {self.dtype.name}"
+        return f"{len(self.features)} x {self.dtype.name}"
 
 
 @dataclass
@@ -70,36 +82,45 @@ class FeatureSpec:
     @classmethod
     def criteo_like(cls, cardinalities: Sequence[int], num_numerical: int = 13,
                     mappings: Sequence[str] = ("train", "test"), base_directory: Optional[str] = None,
-                    metadata: Optional[dict] = None) -> "FeatureSpec":
-        """Split-binary spec shaped like preprocessed Criteo: `label`, `num_0..`, `cat_0..` features."""
+                    metadata: Optional[dict] = None, multi_hot: Optional[dict] = None,
+                    group: Optional[str] = None) -> "FeatureSpec":
+        """Split-binary spec shaped like preprocessed Criteo: `label`, `num_0..`, `cat_0..` features
+        (plus the `multi_hot` and `group` features of `split_binary`, if given)."""
         return cls.split_binary("label", [f"num_{i}" for i in range(num_numerical)],
                                 {f"cat_{i}": int(c) for i, c in enumerate(cardinalities)}, mappings,
-                                base_directory, metadata)
+                                base_directory, metadata, multi_hot=multi_hot, group=group)
 
     @classmethod
     def split_binary(cls, label: str, numerical: Sequence[str], categorical: dict,
                      mappings: Sequence[str] = ("train", "test"), base_directory: Optional[str] = None,
-                     metadata: Optional[dict] = None) -> "FeatureSpec":
-        """Split-binary spec for the given feature names (`categorical`: name -> cardinality, in order).
+                     metadata: Optional[dict] = None, multi_hot: Optional[dict] = None,
+                     group: Optional[str] = None) -> "FeatureSpec":
+        """Split-binary spec for the given feature names.
 
-        Files per mapping: `<mapping>/label.bin`, `<mapping>/numerical.bin` (float16, all numerical
-        features row-major) and `<mapping>/cat_<i>.bin` for the i-th categorical feature.
+        `categorical`: one-hot name -> cardinality; `multi_hot`: name -> (cardinality, max_hotness);
+        `group`: name of an int64 per-row group id (channel `map`). Both in order. Files per mapping:
+        `<mapping>/label.bin`, `<mapping>/numerical.bin` (float16, all numerical features row-major),
+        `<mapping>/cat_<i>.bin` for the i-th categorical feature (one-hot first, then multi-hot) and
+        `<mapping>/group.bin`. Without multi-hot or group features the one-hot channel keeps its
+        legacy name `categorical`, else it is NVIDIA's `onehot_categorical`.
         """
+        multi_hot = dict(multi_hot or {})
         features: dict = {label: {"dtype": "bool"}}
         features.update({name: {"dtype": "float16"} for name in numerical})
         for name, card in categorical.items():
             features[name] = {"dtype": categorical_dtype(int(card)).name, "cardinality": int(card)}
-        source: dict = {}
-        for mapping in mappings:
-            chunks = [{"type": SPLIT_BINARY, "features": [label], "files": [f"{mapping}/label.bin"]}]
-            if numerical:
-                chunks.append({"type": SPLIT_BINARY, "features": list(numerical),
-                               "files": [f"{mapping}/numerical.bin"]})
-            chunks += [{"type": SPLIT_BINARY, "features": [name], "files": [f"{mapping}/cat_{i}.bin"]}
-                       for i, name in enumerate(categorical)]
-            source[mapping] = chunks
-        channels = {LABEL_CHANNEL: [label], NUMERICAL_CHANNEL: list(numerical),
-                    CATEGORICAL_CHANNEL: list(categorical)}
+        for name, (card, hotness) in multi_hot.items():
+            features[name] = {"dtype": categorical_dtype(int(card)).name, "cardinality": int(card),
+                              "max_hotness": int(hotness)}
+        onehot = ONEHOT_CHANNEL if multi_hot or group else CATEGORICAL_CHANNEL
+        channels = {LABEL_CHANNEL: [label], NUMERICAL_CHANNEL: list(numerical), onehot: list(categorical)}
+        if multi_hot:
+            channels[MULTIHOT_CHANNEL] = list(multi_hot)
+        if group is not None:
+            features[group] = {"dtype": "int64"}
+            channels[MAP_CHANNEL] = [group]
+        source = {mapping: split_binary_chunks(mapping, label, numerical, [*categorical, *multi_hot], group)
+                  for mapping in mappings}
         return cls(features, source, channels, dict(metadata or {}), base_directory)
 
     @classmethod
@@ -145,13 +166,44 @@ class FeatureSpec:
         return list(self.channel_spec.get(NUMERICAL_CHANNEL) or [])
 
     @property
+    def onehot_channel(self) -> str:
+        """The name the spec uses for its one-hot channel (`categorical`, the legacy one, by default)."""
+        return ONEHOT_CHANNEL if ONEHOT_CHANNEL in self.channel_spec else CATEGORICAL_CHANNEL
+
+    @property
+    def onehot_names(self) -> list[str]:
+        return list(self.channel_spec.get(self.onehot_channel) or [])
+
+    @property
+    def multihot_names(self) -> list[str]:
+        return list(self.channel_spec.get(MULTIHOT_CHANNEL) or [])
+
+    @property
+    def max_hotness(self) -> dict[str, int]:
+        """Multi-hot feature name -> its max_hotness (ids per row, padded with -1), in channel order."""
+        return {name: int(self.feature_spec[name]["max_hotness"]) for name in self.multihot_names}
+
+    @property
     def categorical_names(self) -> list[str]:
-        return list(self.channel_spec.get(CATEGORICAL_CHANNEL) or [])
+        """Every categorical feature in table order: the one-hot channel's, then the multi-hot channel's."""
+        return self.onehot_names + self.multihot_names
+
+    @property
+    def hotnesses(self) -> list[int]:
+        """Id columns per categorical feature in table order (1 for one-hot, max_hotness for multi-hot)."""
+        bags = self.max_hotness
+        return [bags.get(name, 1) for name in self.categorical_names]
 
     @property
     def cardinalities(self) -> list[int]:
-        """Table sizes in categorical channel order."""
+        """Table sizes in table order (`categorical_names`)."""
         return [int(self.feature_spec[name]["cardinality"]) for name in self.categorical_names]
+
+    @property
+    def group_name(self) -> Optional[str]:
+        """The `map` channel's feature (a per-row group id), or None."""
+        groups = self.channel_spec.get(MAP_CHANNEL) or []
+        return groups[0] if groups else None
 
     @property
     def mappings(self) -> list[str]:
@@ -186,13 +238,16 @@ class FeatureSpec:
 
     def _binary_chunks_unchecked(self, mapping: str) -> list[BinaryChunk]:
         by_first_feature = {chunk["features"][0]: chunk for chunk in self.source_spec[mapping]}
+        bags = self.max_hotness
         order = ([(self.label_name, LABEL_CHANNEL)] + [(name, NUMERICAL_CHANNEL) for name in self.numerical_names[:1]]
-                 + [(name, CATEGORICAL_CHANNEL) for name in self.categorical_names])
+                 + [(name, self.onehot_channel) for name in self.onehot_names]
+                 + [(name, MULTIHOT_CHANNEL) for name in self.multihot_names]
+                 + [(name, MAP_CHANNEL) for name in ([self.group_name] if self.group_name else [])])
         chunks = []
         for first, channel in order:
             raw = by_first_feature[first]
             chunks.append(BinaryChunk(self.resolve(raw["files"][0]), channel, tuple(raw["features"]),
-                                      self.dtype(first)))
+                                      self.dtype(first), bags.get(first, 1), first in bags))
         return chunks
 
     def num_rows(self, mapping: str) -> int:
@@ -224,19 +279,13 @@ class FeatureSpec:
         return os.path.join(self.base_directory, SPEC_FILE_NAME) if self.base_directory else None
 
     def _structure_problems(self) -> list[str]:
-        p: list[str] = []
         if not isinstance(self.feature_spec, dict) or not self.feature_spec:
             return ["feature_spec must be a non-empty mapping of feature name -> {dtype, cardinality}"]
         if not isinstance(self.channel_spec, dict):
             return ["channel_spec must be a mapping of channel -> list of features"]
         if not isinstance(self.source_spec, dict) or not self.source_spec:
             return ["source_spec must be a non-empty mapping of mapping name -> list of chunks"]
-        for channel in self.channel_spec:
-            if channel not in CHANNELS:
-                p.append(f"channel_spec has unknown channel {channel!r} (known: {list(CHANNELS)})")
-        labels = self.channel_spec.get(LABEL_CHANNEL)
-        if not isinstance(labels, list) or len(labels) != 1:
-            p.append(f"channel_spec.{LABEL_CHANNEL} must list exactly one feature, got {labels!r}")
+        p = channel_problems(self.channel_spec)
         seen: dict[str, str] = {}
         for channel in CHANNELS:
             names = self.channel_spec.get(channel) or []
@@ -252,30 +301,8 @@ class FeatureSpec:
         for name, info in self.feature_spec.items():
             if name not in seen:
                 p.append(f"feature {name!r} is in feature_spec but in no channel of channel_spec")
-            p += self._feature_problems(name, info, seen.get(name))
+            p += feature_problems(name, info, seen.get(name))
         return p
-
-    @staticmethod
-    def _feature_problems(name: str, info, channel: Optional[str]) -> list[str]:
-        if not isinstance(info, dict) or "dtype" not in info:
-            return [f"feature {name!r} needs a dtype"]
-        try:
-            dtype = np.dtype(info["dtype"])
-        except TypeError:
-            return [f"feature {name!r} has unknown dtype {info['dtype']!r}"]
-        if channel == CATEGORICAL_CHANNEL:
-            card = info.get("cardinality")
-            if not isinstance(card, int) or card < 1:
-                return [f"categorical feature {name!r} needs an integer cardinality >= 1, got {card!r}"]
-            if dtype not in _CATEGORICAL_DTYPES:
-                return [f"categorical feature {name!r} has dtype {dtype.name}; use int8, int16 or int32"]
-            if card - 1 > np.iinfo(dtype).max:
-                return [f"categorical feature {name!r}: dtype {dtype.name} cannot hold ids up to {card - 1}"]
-        elif channel == NUMERICAL_CHANNEL and dtype not in _NUMERICAL_DTYPES:
-            return [f"numerical feature {name!r} has dtype {dtype.name}; use float16 or float32"]
-        elif channel == LABEL_CHANNEL and dtype != np.dtype(bool):
-            return [f"label feature {name!r} has dtype {dtype.name}; use bool"]
-        return []
 
     def _layout_problems(self, mapping: str) -> list[str]:
         """Chunk structure of one mapping: every channel feature in exactly one chunk; split-binary rules."""
@@ -321,8 +348,8 @@ class FeatureSpec:
         if len(channels) != 1:
             return p + [f"{at}: a split_binary chunk holds features of one channel, got {sorted(map(str, channels))}"]
         channel = channels.pop()
-        if channel in (LABEL_CHANNEL, CATEGORICAL_CHANNEL) and len(features) != 1:
-            p.append(f"{at}: {channel} features are stored one per file (cat_<i>.bin / label.bin)")
+        if channel in ONE_FEATURE_PER_FILE and len(features) != 1:
+            p.append(f"{at}: {channel} features are stored one per file (cat_<i>.bin / label.bin / group.bin)")
         if channel == NUMERICAL_CHANNEL:
             if features != self.numerical_names:
                 p.append(f"{at}: the numerical file must hold all numerical features in channel order "
@@ -352,7 +379,7 @@ def file_problems(spec: FeatureSpec, mapping: str) -> list[str]:
         size = os.path.getsize(chunk.path)
         if size % chunk.record_bytes:
             p.append(f"file {chunk.path} (feature {feature}) is truncated or wrong-sized: {size} bytes is not a "
-                     f"whole number of {chunk.record_bytes}-byte records ({len(chunk.features)} x {chunk.dtype.name}); "
+                     f"whole number of {chunk.record_bytes}-byte records ({chunk.record_shape}); "
                      f"last full row {size // chunk.record_bytes - 1}")
             continue
         rows.append((chunk, size // chunk.record_bytes))
@@ -369,3 +396,4 @@ def file_problems(spec: FeatureSpec, mapping: str) -> list[str]:
             p.append(f"file {chunk.path} (feature {feature}) has {n} rows but {reference} says {expected_rows} "
                      f"({kind}; row counts must agree across features)")
     return p
+

@@ -1,9 +1,10 @@
 """A logistic-regression baseline on a split-binary dataset (numpy only): sanity check of a dataset.
 
 One weight per (table, id) for the `max_ids` most frequent ids of each table (rarer ids share one
-weight), plus standardised numericals; trained with Adagrad on minibatches. On the synthetic data it
-learns the first-order part of the hidden click model, so its AUC sits clearly above 0.5 and below
-the recorded Bayes AUC. CLI: `python -m dlrm.data.lr_baseline DATASET_DIR`.
+weight; a multi-hot row adds the weights of its bag's ids), plus standardised numericals; trained
+with Adagrad on minibatches. On the synthetic data it learns the first-order part of the hidden
+click model, so its AUC sits clearly above 0.5 and below the recorded Bayes AUC.
+CLI: `python -m dlrm.data.lr_baseline DATASET_DIR`.
 """
 from __future__ import annotations
 
@@ -32,15 +33,18 @@ def logistic_regression_auc(spec: FeatureSpec, max_ids: int = 64, epochs: int = 
     train, test = _load(spec, "train", train_limit), _load(spec, "test", None)
     buckets = [min(card, max_ids + 1) for card in spec.cardinalities]  # ids >= max_ids share the last
     offsets = np.concatenate(([0], np.cumsum(buckets)[:-1])).astype(np.int64)
+    # one entry per id column (a multi-hot table has max_hotness columns); -1 padding reads `padding`
+    column_buckets, column_offsets = (np.repeat(values, spec.hotnesses) for values in (buckets, offsets))
+    padding = int(sum(buckets))  # a weight that stays 0
 
     def features(batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.minimum(batch.categorical, np.asarray(buckets) - 1) + offsets
-        return ids, batch.numerical
+        ids = np.minimum(batch.categorical, column_buckets - 1) + column_offsets
+        return np.where(batch.categorical < 0, padding, ids), batch.numerical
 
     mean, std = train.numerical.mean(axis=0), train.numerical.std(axis=0) + 1e-6
     train_ids, train_x = features(train)
     train_x = (train_x - mean) / std
-    w_ids = np.zeros(int(sum(buckets)))
+    w_ids = np.zeros(padding + 1)
     w_x = np.zeros(train_x.shape[1])
     bias = 0.0
     g_ids, g_x, g_b = np.full_like(w_ids, 1e-8), np.full_like(w_x, 1e-8), 1e-8
@@ -54,6 +58,7 @@ def logistic_regression_auc(spec: FeatureSpec, max_ids: int = 64, epochs: int = 
             logit = bias + w_ids[ids].sum(axis=1) + x @ w_x
             err = (1.0 / (1.0 + np.exp(-logit)) - y) / rows.size
             grad_ids = np.bincount(ids.ravel(), weights=np.repeat(err, ids.shape[1]), minlength=w_ids.size)
+            grad_ids[padding] = 0.0
             grad_x, grad_b = x.T @ err, err.sum()
             g_ids += grad_ids ** 2
             g_x += grad_x ** 2

@@ -1,19 +1,16 @@
 """Synthetic Criteo-shaped click data with a known ground truth (Bayes-optimal AUC).
 
-Rows: categorical ids drawn from a Zipf-like law per table (id 1 most frequent, id 0 = missing),
-13 log-count numerical features, and a label sampled from a hidden click model
+Rows: any number of numerical features (Criteo-like log-counts) and of categorical features, each
+one-hot or multi-hot (a bag of up to `max_hotness` ids per row, padded with -1), ids drawn from a
+Zipf-like law per table (`dlrm.data.synthetic_sampling`), and a label sampled from a hidden click
+model (`dlrm.data.synthetic_model`) whose true click probability of every row is known. The dataset
+metadata records `bayes_auc` / `bayes_logloss` (of the true probabilities against the sampled test
+labels) and every generator parameter; `ground_truth.npz` holds the hidden weights.
 
-    logit = bias + sum_t w_t[id_t] + sum_{(p,q) in pairs} <v_p[id_p], v_q[id_q]> + x . u
-
-where `w_t`, `v_t` (low-dimensional) are non-zero only for the `head_ids` most frequent ids of each
-table (and id 0): the signal sits in ids seen often, the tail is noise, as in real click logs. The
-pairwise products are exactly what DLRM's dot interaction computes, so a DLRM can represent the
-model; a logistic regression on ids only gets the first-order part. Each component is scaled to a
-target standard deviation measured on a calibration sample, and the bias is set for the target
-positive rate. The dataset metadata records `bayes_auc` (AUC of the true click probabilities against
-the sampled test labels) and every generator parameter; `ground_truth.npz` holds the hidden weights.
-Everything is a deterministic function of (cardinalities, parameters, seed); rows are generated in
-fixed-size blocks, each from its own seed, fully vectorised.
+Feature `cat_<i>` is the i-th table given (cardinalities and hotness in that order); the dataset
+lists the one-hot features first, then the multi-hot ones (the id-column order of a batch).
+Everything is a deterministic function of (cardinalities, hotness, parameters, seed); rows are
+generated in fixed-size blocks, each from its own seed, fully vectorised.
 """
 from __future__ import annotations
 
@@ -23,199 +20,63 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional, Sequence
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence
 
 import numpy as np
 
 from dlrm import argtypes
 from dlrm.data.binary import SplitBinaryWriter
-from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities
+from dlrm.data.criteo import PRESET_NAMES, cap_rows, preset_cardinalities, preset_hotness
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.synthetic_model import GENERATOR_VERSION, ClickModel, build_click_model
+from dlrm.data.synthetic_sampling import GeneratorParams, sample_features, zipf_ids
 from dlrm.errors import UserError
 from dlrm.metrics import exact_auc, log_loss_from_logits
 
-GENERATOR_VERSION = 1
+__all__ = ["GENERATOR_VERSION", "GROUND_TRUTH_FILE", "ClickModel", "GeneratorParams", "generate_dataset",
+           "generate_atomically", "is_generated", "zipf_ids"]
+
 BLOCK_ROWS = 1 << 17  # rows per independently seeded block (part of the determinism contract)
-CALIBRATION_ROWS = 1 << 17
 GROUND_TRUTH_FILE = "ground_truth.npz"
 
 
-@dataclass
-class GeneratorParams:
-    """Shape of the hidden click model (defaults give Bayes AUC ~0.8 and ~25% positives)."""
+@dataclass(frozen=True)
+class Tables:
+    """The categorical features of a synthetic dataset in id-column order (one-hot, then multi-hot)."""
 
-    zipf_exponent: float = 1.2  # P(rank k) ~ k^-a over ids 1..cardinality-1
-    missing_rate: float = 0.02  # share of id 0 (missing) per table
-    head_ids: int = 24  # ids 1..head_ids of each table carry signal; rarer ids none
-    latent_dim: int = 4  # dimension of the hidden id vectors of the pairwise terms
-    num_pairs: int = 10  # table pairs with a pairwise term
-    first_order_std: float = 1.0  # std of sum_t w_t[id_t] (calibrated)
-    pairwise_std: float = 1.0  # std of the pairwise sum (calibrated)
-    numerical_std: float = 0.8  # std of x . u (calibrated)
-    positive_rate: float = 0.25
-    numerical_missing_rate: float = 0.1  # share of numericals that are 0 (missing)
-
-
-@dataclass
-class ClickModel:
-    """The hidden ground truth; `click_logits` maps stored features to the true logit."""
-
-    cardinalities: list[int]
-    first_order: list[np.ndarray]  # per table: weights of ids 0..head (last entry 0 = any tail id)
-    pairs: list[tuple[int, int]]
-    vectors: dict[int, np.ndarray] = field(default_factory=dict)  # table -> [head+2, latent_dim]
-    numerical_weights: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [num_numerical]
-    numerical_center: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [num_numerical]
-    bias: float = 0.0
-
-    def _head_index(self, table: int, ids: np.ndarray) -> np.ndarray:
-        return np.minimum(ids, self.first_order[table].shape[0] - 1)  # tail ids -> the zero entry
-
-    def components(self, numerical: np.ndarray, categorical: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(first-order, pairwise, numerical) logit parts for float32 numerical [n,F], ids [n,T]."""
-        n = categorical.shape[0]
-        first = np.zeros(n)
-        heads = [self._head_index(t, categorical[:, t]) for t in range(categorical.shape[1])]
-        for t, w in enumerate(self.first_order):
-            first += w[heads[t]]
-        pairwise = np.zeros(n)
-        for p, q in self.pairs:
-            pairwise += np.einsum("nd,nd->n", self.vectors[p][heads[p]], self.vectors[q][heads[q]])
-        dense = (numerical.astype(np.float64) - self.numerical_center) @ self.numerical_weights
-        return first, pairwise, dense
-
-    def click_logits(self, numerical: np.ndarray, categorical: np.ndarray) -> np.ndarray:
-        first, pairwise, dense = self.components(numerical, categorical)
-        return self.bias + first + pairwise + dense
-
-    def save(self, path: str) -> None:
-        arrays = {f"first_order_{t}": w for t, w in enumerate(self.first_order)}
-        arrays.update({f"vectors_{t}": v for t, v in self.vectors.items()})
-        arrays.update(pairs=np.asarray(self.pairs, dtype=np.int64).reshape(-1, 2),
-                      cardinalities=np.asarray(self.cardinalities, dtype=np.int64),
-                      numerical_weights=self.numerical_weights, numerical_center=self.numerical_center,
-                      bias=np.asarray(self.bias))
-        tmp = f"{path}.tmp.npz"
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+    names: tuple[str, ...]
+    cardinalities: tuple[int, ...]
+    hotness: tuple[int, ...]
 
     @classmethod
-    def load(cls, path: str) -> "ClickModel":
-        with np.load(path, allow_pickle=False) as z:
-            cards = [int(c) for c in z["cardinalities"]]
-            pairs = [(int(p), int(q)) for p, q in z["pairs"]]
-            tables = {t for pair in pairs for t in pair}
-            return cls(cards, [z[f"first_order_{t}"] for t in range(len(cards))], pairs,
-                       {t: z[f"vectors_{t}"] for t in sorted(tables)}, z["numerical_weights"],
-                       z["numerical_center"], float(z["bias"]))
+    def of(cls, cardinalities: Sequence[int], hotness: Optional[Sequence[int]] = None) -> "Tables":
+        """Feature `cat_<i>` = table i given; `hotness` None = all one-hot."""
+        hot = [1] * len(cardinalities) if hotness is None else [int(h) for h in hotness]
+        if len(hot) != len(cardinalities):
+            raise ValueError(f"{len(hot)} hotness values for {len(cardinalities)} tables: give one per table")
+        if any(h < 1 for h in hot):
+            raise ValueError(f"hotness values must be >= 1 (1 = one-hot), got {hot}")
+        order = [i for i, h in enumerate(hot) if h == 1] + [i for i, h in enumerate(hot) if h > 1]
+        return cls(tuple(f"cat_{i}" for i in order), tuple(int(cardinalities[i]) for i in order),
+                   tuple(hot[i] for i in order))
 
-
-# ---------------------------------------------------------------------------------- sampling
-def zipf_ids(rng: np.random.Generator, n: int, cardinality: int, exponent: float, missing_rate: float) -> np.ndarray:
-    """Ids in [0, cardinality): 0 with prob. `missing_rate`, else 1..cardinality-1 with P(k) ~ k^-a.
-
-    Inverse CDF of the continuous power law on [1, cardinality), floored: O(n), no per-id tables,
-    so it works for the 200M-row Criteo tables too.
-    """
-    if cardinality <= 1:
-        return np.zeros(n, dtype=np.int32)
-    u = rng.random(n)
-    top = float(cardinality)
-    if abs(exponent - 1.0) < 1e-9:
-        x = np.exp(u * np.log(top))
-    else:
-        g = 1.0 - exponent
-        x = (1.0 + u * (top ** g - 1.0)) ** (1.0 / g)
-    ids = np.minimum(x.astype(np.int64), cardinality - 1).astype(np.int32)
-    ids[rng.random(n) < missing_rate] = 0
-    return ids
-
-
-def _numerical_scales(rng: np.random.Generator, num_numerical: int) -> np.ndarray:
-    return rng.uniform(0.0, 3.0, size=num_numerical)  # log-mean of each count feature
-
-
-def sample_numerical(rng: np.random.Generator, n: int, log_means: np.ndarray, missing_rate: float) -> np.ndarray:
-    """Criteo-like dense features: log(1 + count), counts log-normal; some missing (0). float16."""
-    counts = np.floor(rng.lognormal(mean=log_means, sigma=1.0, size=(n, log_means.size)))
-    x = np.log1p(counts)
-    x[rng.random((n, log_means.size)) < missing_rate] = 0.0
-    return x.astype(np.float16)
-
-
-def _sample_features(seed_seq: np.random.SeedSequence, n: int, cards: Sequence[int], log_means: np.ndarray,
-                     params: GeneratorParams) -> tuple[np.ndarray, np.ndarray, np.random.Generator]:
-    rng = np.random.default_rng(seed_seq)
-    categorical = np.empty((n, len(cards)), dtype=np.int32)
-    for t, card in enumerate(cards):
-        categorical[:, t] = zipf_ids(rng, n, card, params.zipf_exponent, params.missing_rate)
-    numerical = sample_numerical(rng, n, log_means, params.numerical_missing_rate)
-    return numerical, categorical, rng
-
-
-# ---------------------------------------------------------------------------------- the model
-def build_click_model(cardinalities: Sequence[int], num_numerical: int, seed: int,
-                      params: GeneratorParams) -> tuple[ClickModel, np.ndarray]:
-    """Draw the hidden weights, calibrate component scales and bias; returns (model, numerical log-means)."""
-    root = np.random.SeedSequence([seed, GENERATOR_VERSION])
-    weights_seq, calibration_seq = root.spawn(2)
-    rng = np.random.default_rng(weights_seq)
-    cards = [int(c) for c in cardinalities]
-    log_means = _numerical_scales(rng, num_numerical)
-    importance = rng.uniform(0.3, 1.0, size=len(cards))  # some tables matter more than others
-    first_order = []
-    for t, card in enumerate(cards):
-        head = min(card - 1, params.head_ids)
-        w = np.zeros(head + 2)  # ids 0..head, then the shared zero entry for tail ids
-        w[:head + 1] = rng.normal(0.0, importance[t], size=head + 1)
-        first_order.append(w)
-    candidates = [t for t, c in enumerate(cards) if c >= 3]
-    all_pairs = [(p, q) for i, p in enumerate(candidates) for q in candidates[i + 1:]]
-    chosen: Iterable[int] = (rng.choice(len(all_pairs), size=min(params.num_pairs, len(all_pairs)), replace=False)
-                             if all_pairs else [])
-    pairs = sorted(all_pairs[int(i)] for i in chosen)
-    vectors = {}
-    for t in sorted({t for pair in pairs for t in pair}):
-        v = np.zeros((first_order[t].shape[0], params.latent_dim))
-        v[:-1] = rng.normal(0.0, 1.0, size=(v.shape[0] - 1, params.latent_dim))
-        vectors[t] = v
-    numerical_weights = rng.normal(0.0, 1.0, size=num_numerical)
-    model = ClickModel(cards, first_order, pairs, vectors, numerical_weights, np.zeros(num_numerical), 0.0)
-
-    # Calibrate on a sample from the same feature distribution (its own seed).
-    numerical, categorical, _ = _sample_features(calibration_seq, CALIBRATION_ROWS, cards, log_means, params)
-    model.numerical_center = numerical.astype(np.float64).mean(axis=0)
-    first, pairwise, dense = model.components(numerical, categorical)
-    for part, target, scale in ((first, params.first_order_std, "first"), (pairwise, params.pairwise_std, "pair"),
-                                (dense, params.numerical_std, "dense")):
-        std = part.std()
-        factor = target / std if std > 0 else 0.0
-        if scale == "first":
-            model.first_order = [w * factor for w in model.first_order]
-        elif scale == "pair":
-            model.vectors = {t: v * np.sqrt(factor) for t, v in model.vectors.items()}
-        else:
-            model.numerical_weights = model.numerical_weights * factor
-    logits = model.click_logits(numerical, categorical)
-    model.bias = _bias_for_rate(logits, params.positive_rate)
-    return model, log_means
-
-
-def _bias_for_rate(logits: np.ndarray, rate: float) -> float:
-    lo, hi = -20.0, 20.0
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if np.mean(1.0 / (1.0 + np.exp(-(logits + mid)))) < rate:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    def spec(self, num_numerical: int) -> FeatureSpec:
+        """Split-binary spec of the dataset: `label`, `num_<j>`, the one-hot then the multi-hot features."""
+        one_hot = {n: c for n, c, h in zip(self.names, self.cardinalities, self.hotness) if h == 1}
+        multi_hot = {n: (c, h) for n, c, h in zip(self.names, self.cardinalities, self.hotness) if h > 1}
+        spec = FeatureSpec.split_binary("label", [f"num_{j}" for j in range(num_numerical)], one_hot,
+                                        mappings=("train", "test"), multi_hot=multi_hot)
+        for mapping, chunks in spec.source_spec.items():  # feature cat_<i>'s file is cat_<i>.bin
+            for chunk in chunks:
+                if chunk["features"][0] in self.names:
+                    chunk["files"] = [f"{mapping}/{chunk['features'][0]}.bin"]
+        return spec
 
 
 # ---------------------------------------------------------------------------------- the dataset
 def _write_mapping(out_dir: str, spec: FeatureSpec, mapping: str, mapping_index: int, rows: int, seed: int,
-                   model: ClickModel, log_means: np.ndarray, params: GeneratorParams,
+                   model: ClickModel, tables: Tables, log_means: np.ndarray, params: GeneratorParams,
                    keep_scores: bool) -> tuple[int, Optional[np.ndarray], Optional[np.ndarray]]:
     """Generate and write `rows` rows; returns the number of clicks and, with `keep_scores`, the true
     click logits and labels of every row (memory per row: only the test mapping needs them)."""
@@ -226,7 +87,8 @@ def _write_mapping(out_dir: str, spec: FeatureSpec, mapping: str, mapping_index:
         for block, start in enumerate(range(0, rows, BLOCK_ROWS)):
             n = min(BLOCK_ROWS, rows - start)
             seq = np.random.SeedSequence([seed, GENERATOR_VERSION, 1 + mapping_index, block])
-            numerical, categorical, rng = _sample_features(seq, n, model.cardinalities, log_means, params)
+            numerical, categorical, rng = sample_features(seq, n, tables.cardinalities, tables.hotness, log_means,
+                                                          params)
             z = model.click_logits(numerical, categorical)
             y = rng.random(n) < 1.0 / (1.0 + np.exp(-z))
             writer.write(y, numerical, categorical)
@@ -238,17 +100,21 @@ def _write_mapping(out_dir: str, spec: FeatureSpec, mapping: str, mapping_index:
 
 def generate_dataset(out_dir: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int,
                      num_numerical: int = 13, params: Optional[GeneratorParams] = None,
-                     preset: Optional[str] = None) -> FeatureSpec:
-    """Write `train` and `test` split-binary mappings plus feature_spec.yaml into `out_dir`."""
+                     preset: Optional[str] = None, hotness: Optional[Sequence[int]] = None) -> FeatureSpec:
+    """Write `train` and `test` split-binary mappings plus feature_spec.yaml into `out_dir`.
+
+    `hotness`: ids per row of each table (1 = one-hot; None = all one-hot), in `cardinalities` order.
+    """
     params = params or GeneratorParams()
     started = time.time()
-    model, log_means = build_click_model(cardinalities, num_numerical, seed, params)
-    spec = FeatureSpec.criteo_like(model.cardinalities, num_numerical, mappings=("train", "test"))
+    tables = Tables.of(cardinalities, hotness)
+    model, log_means = build_click_model(tables.cardinalities, num_numerical, seed, params, tables.hotness)
+    spec = tables.spec(num_numerical)
     os.makedirs(out_dir, exist_ok=True)
-    train_clicks, _, _ = _write_mapping(out_dir, spec, "train", 0, train_rows, seed, model, log_means, params,
-                                        keep_scores=False)
-    test_clicks, test_z, test_y = _write_mapping(out_dir, spec, "test", 1, test_rows, seed, model, log_means,
-                                                 params, keep_scores=True)
+    train_clicks, _, _ = _write_mapping(out_dir, spec, "train", 0, train_rows, seed, model, tables, log_means,
+                                        params, keep_scores=False)
+    test_clicks, test_z, test_y = _write_mapping(out_dir, spec, "test", 1, test_rows, seed, model, tables,
+                                                 log_means, params, keep_scores=True)
     model.save(os.path.join(out_dir, GROUND_TRUTH_FILE))
     spec.metadata = {
         "num_rows": {"train": int(train_rows), "test": int(test_rows)},
@@ -259,34 +125,40 @@ def generate_dataset(out_dir: str, cardinalities: Sequence[int], train_rows: int
                           "test": test_clicks / test_rows if test_rows else None},
         "generator": {"name": "dlrm.data.synthetic", "version": GENERATOR_VERSION, "seed": int(seed),
                       "preset": preset, "block_rows": BLOCK_ROWS, "params": asdict(params),
-                      "pairs": [list(p) for p in model.pairs], "bias": float(model.bias),
-                      "ground_truth": GROUND_TRUTH_FILE, "seconds": round(time.time() - started, 3)},
+                      "tables": list(tables.names), "pairs": [list(p) for p in model.pairs],
+                      "bias": float(model.bias), "ground_truth": GROUND_TRUTH_FILE,
+                      "seconds": round(time.time() - started, 3)},
     }
     spec.save(out_dir)
     return spec
 
 
-def is_generated(directory: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int) -> bool:
+def is_generated(directory: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int,
+                 hotness: Optional[Sequence[int]] = None) -> bool:
     """True if `directory` holds exactly this dataset from this generator version (safe to reuse)."""
     from dlrm.data.errors import SpecError
 
     try:
         spec = FeatureSpec.load(directory).validate()
-        return (spec.cardinalities == list(cardinalities)
+        wanted = Tables.of(cardinalities, hotness)
+        stored = [spec.feature_spec[name] for name in wanted.names]
+        return ([int(f["cardinality"]) for f in stored] == list(wanted.cardinalities)
+                and [int(f.get("max_hotness", 1)) for f in stored] == list(wanted.hotness)
+                and len(spec.feature_spec) == len(stored) + 1 + len(spec.numerical_names)  # no other features
                 and spec.num_rows("train") == train_rows and spec.num_rows("test") == test_rows
                 and spec.metadata.get("seed") == seed
                 and spec.metadata.get("generator", {}).get("version") == GENERATOR_VERSION)
-    except (SpecError, OSError, KeyError, ValueError):
+    except (SpecError, OSError, KeyError, ValueError, TypeError):
         return False
 
 
 def generate_atomically(directory: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int,
-                        preset: Optional[str] = None) -> None:
+                        hotness: Optional[Sequence[int]] = None, preset: Optional[str] = None) -> None:
     """`generate_dataset` into a temporary directory renamed over `directory`: a half-written
     dataset is never reused, and an outdated one is replaced only once the new one is complete."""
     tmp = f"{directory}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    generate_dataset(tmp, cardinalities, train_rows, test_rows, seed, preset=preset)
+    generate_dataset(tmp, cardinalities, train_rows, test_rows, seed, preset=preset, hotness=hotness)
     if os.path.exists(directory):
         shutil.rmtree(directory)
     os.rename(tmp, directory)
@@ -306,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--test_rows", type=argtypes.count, default=131_072, help="(default: 131072)")
     parser.add_argument("--seed", type=argtypes.seed, default=12345, help="(default: 12345)")
     parser.add_argument("--num_numerical", type=argtypes.count, default=13, help="numerical features (default: 13)")
+    parser.add_argument("--hotness", type=argtypes.sizes_list,
+                        help="comma-separated ids per row, one per table (1 = one-hot, H = multi-hot bags of "
+                             "0..H ids); default: the preset's (mlperf presets: MLPerf DLRM-DCNv2's), else all one-hot")
+    parser.add_argument("--max_rows", type=argtypes.positive_int,
+                        help="cap every table at this many rows (e.g. a small version of a preset's huge tables)")
     argtypes.add_debug_flag(parser)
     return parser
 
@@ -330,18 +207,32 @@ def check_output_dir(out: str, overwrite: bool) -> None:
                            f"or choose another directory")
 
 
-def generate_from_flags(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    check_output_dir(args.out, args.overwrite)
+def _tables_from_flags(args: argparse.Namespace,
+                       parser: argparse.ArgumentParser) -> tuple[list[int], list[int], Optional[str]]:
+    """(cardinalities, hotness, preset or None) from --preset / --cardinalities, --hotness, --max_rows."""
     if args.cardinalities:
-        cards, preset = args.cardinalities, None
+        cards, hotness, preset = list(args.cardinalities), [1] * len(args.cardinalities), None
     else:
-        cards, preset = preset_cardinalities(args.preset), args.preset
+        cards, hotness, preset = preset_cardinalities(args.preset), preset_hotness(args.preset), args.preset
+    if args.hotness is not None:
+        if len(args.hotness) != len(cards):
+            source = "--cardinalities" if args.cardinalities else f"--preset {args.preset}"
+            parser.error(f"argument --hotness: expected one value per table: {source} has {len(cards)} tables, "
+                         f"got {len(args.hotness)} values")
+        hotness = list(args.hotness)
+    return cap_rows(cards, args.max_rows), hotness, preset
+
+
+def generate_from_flags(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    cards, hotness, preset = _tables_from_flags(args, parser)
+    check_output_dir(args.out, args.overwrite)
     # Written aside and renamed when complete: an interrupted run leaves --out as it was.
     tmp = f"{os.path.normpath(args.out)}.tmp-{os.getpid()}"
     try:
         spec = generate_dataset(tmp, cards, args.train_rows, args.test_rows, args.seed, args.num_numerical,
-                                preset=preset)
+                                preset=preset, hotness=hotness)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -25,7 +25,8 @@ import pandas as pd
 from dlrm.argtypes import ArgumentParser, add_debug_flag, one_character, positive_int
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
-from dlrm.data.feature_spec import CSV, FeatureSpec
+from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.spec_rules import CSV
 
 DEFAULT_CHUNK_ROWS = 1 << 18
 

@@ -2,27 +2,45 @@
 
 Layout per mapping folder (paths come from the feature spec's `source_spec`):
 `label.bin` (bool, 1 byte/row), `numerical.bin` (float16, row-major, one column per numerical
-feature), `cat_<i>.bin` (the smallest of int8/int16/int32 holding the feature's cardinality).
-Files are headerless, little-endian, fixed-size records, so row r of every file is at r * record size.
+feature), `cat_<i>.bin` (the smallest of int8/int16/int32 holding the feature's cardinality; a
+multi-hot feature stores `max_hotness` values per row, its ids first, then -1 padding) and
+`group.bin` (the `map` channel's group id, int64). Files are headerless, little-endian, fixed-size
+records, so row r of every file is at r * record size.
 """
 from __future__ import annotations
 
 import os
-from typing import Sequence, Union
+from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
+from dlrm.data.bags import bad_bag_rows, bad_onehot_rows, bag_problem, onehot_problem
 from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import CATEGORICAL_CHANNEL, LABEL_CHANNEL, NUMERICAL_CHANNEL, BinaryChunk, FeatureSpec
+from dlrm.data.feature_spec import BinaryChunk, FeatureSpec
+from dlrm.data.spec_rules import LABEL_CHANNEL, MAP_CHANNEL, NUMERICAL_CHANNEL
 
 
-def split_by_channel(chunks: list[BinaryChunk]) -> tuple[BinaryChunk, "BinaryChunk | None", list[BinaryChunk]]:
-    """(label chunk, numerical chunk or None, categorical chunks in table order) of a mapping's files."""
-    by_channel: dict[str, list[BinaryChunk]] = {LABEL_CHANNEL: [], NUMERICAL_CHANNEL: [], CATEGORICAL_CHANNEL: []}
+class MappingChunks(NamedTuple):
+    """A mapping's files by role."""
+
+    label: BinaryChunk
+    numerical: Optional[BinaryChunk]
+    categorical: list[BinaryChunk]  # one per table, in table order (one-hot, then multi-hot)
+    group: Optional[BinaryChunk]
+
+
+def split_by_channel(chunks: list[BinaryChunk]) -> MappingChunks:
+    """The label, numerical (or None), categorical (table order) and group (or None) files of a mapping."""
+    by_channel: dict[str, list[BinaryChunk]] = {LABEL_CHANNEL: [], NUMERICAL_CHANNEL: [], MAP_CHANNEL: []}
+    categorical = []
     for chunk in chunks:
-        by_channel[chunk.channel].append(chunk)
-    numerical = by_channel[NUMERICAL_CHANNEL][0] if by_channel[NUMERICAL_CHANNEL] else None
-    return by_channel[LABEL_CHANNEL][0], numerical, by_channel[CATEGORICAL_CHANNEL]
+        if chunk.channel in by_channel:
+            by_channel[chunk.channel].append(chunk)
+        else:
+            categorical.append(chunk)
+    numerical, group = by_channel[NUMERICAL_CHANNEL], by_channel[MAP_CHANNEL]
+    return MappingChunks(by_channel[LABEL_CHANNEL][0], numerical[0] if numerical else None, categorical,
+                         group[0] if group else None)
 
 
 def _spec_at(spec: FeatureSpec, directory: str) -> FeatureSpec:
@@ -43,7 +61,8 @@ class SplitBinaryWriter:
         self.spec.validate(check_files=False, mappings=[mapping])
         self.mapping = mapping
         self.chunks = self.spec.binary_chunks(mapping)
-        self.label_chunk, self.numerical_chunk, self.categorical_chunks = split_by_channel(self.chunks)
+        self.label_chunk, self.numerical_chunk, self.categorical_chunks, self.group_chunk = \
+            split_by_channel(self.chunks)
         self.cardinalities = self.spec.cardinalities
         self.rows_written = 0
         self._files = {}
@@ -52,9 +71,11 @@ class SplitBinaryWriter:
             self._files[chunk.path] = open(chunk.path + ".partial", "wb")
 
     # -- public API
-    def write(self, label, numerical, categorical: Union[np.ndarray, Sequence[np.ndarray]]) -> None:
-        """Append rows. label [n] (bool or 0/1), numerical [n, num_numerical], categorical [n, tables]
-        or a sequence of `tables` 1-D id arrays of length n (columns avoid a transpose)."""
+    def write(self, label, numerical, categorical: Union[np.ndarray, Sequence[np.ndarray]], group=None) -> None:
+        """Append rows. label [n] (bool or 0/1), numerical [n, num_numerical], categorical [n, total_hotness]
+        (each table's ids side by side in table order, multi-hot rows padded with -1) or a sequence of
+        one array per table ([n] for one-hot, [n, max_hotness] for multi-hot: columns avoid a
+        transpose); group [n] integers when the spec has a `map` channel."""
         if not self._files:
             raise RuntimeError("SplitBinaryWriter is closed")
         label = np.asarray(label)
@@ -64,11 +85,14 @@ class SplitBinaryWriter:
         label_bytes = self._check_label(label)
         numerical_bytes = self._check_numerical(numerical, n)
         columns = self._check_categorical(categorical, n)
+        group_bytes = self._check_group(group, n)
         self._files[self.label_chunk.path].write(label_bytes)
         if self.numerical_chunk is not None:
             self._files[self.numerical_chunk.path].write(numerical_bytes)
         for chunk, column in zip(self.categorical_chunks, columns):
             self._files[chunk.path].write(column)
+        if self.group_chunk is not None:
+            self._files[self.group_chunk.path].write(group_bytes)
         self.rows_written += n
 
     def close(self) -> int:
@@ -135,32 +159,67 @@ class SplitBinaryWriter:
         return np.ascontiguousarray(stored).tobytes()
 
     def _check_categorical(self, categorical, n: int) -> list[bytes]:
+        columns = self._table_columns(categorical, n)
+        return [self._check_ids(chunk, card, col, n)
+                for chunk, card, col in zip(self.categorical_chunks, self.cardinalities, columns)]
+
+    def _table_columns(self, categorical, n: int) -> list[np.ndarray]:
+        """One id array per table from either input form (see `write`)."""
         tables = len(self.categorical_chunks)
-        if isinstance(categorical, np.ndarray):
-            if categorical.shape != (n, tables):
-                raise DataError(f"categorical chunk has shape {categorical.shape}, expected ({n}, {tables})",
-                                self.categorical_chunks[0].path if tables else None)
-            columns = [categorical[:, j] for j in range(tables)]
-        else:
+        if not isinstance(categorical, np.ndarray):
             columns = [np.asarray(c) for c in categorical]
             if len(columns) != tables:
                 raise DataError(f"got {len(columns)} categorical columns, expected {tables}")
-        out = []
-        for chunk, card, col in zip(self.categorical_chunks, self.cardinalities, columns):
-            if col.shape != (n,):
-                raise DataError(f"id column has shape {col.shape}, expected ({n},)", chunk.path, chunk.features[0])
-            if not np.issubdtype(col.dtype, np.integer):
-                raise DataError(f"ids must be integers, got dtype {col.dtype}", chunk.path, chunk.features[0])
-            if n and (col.min() < 0 or col.max() >= card):
-                r = int(np.flatnonzero((col < 0) | (col >= card))[0])
-                raise DataError(f"id {int(col[r])} is outside [0, {card})", chunk.path, chunk.features[0],
-                                self.rows_written + r)
-            out.append(col.astype(chunk.dtype).tobytes())
-        return out
+            return columns
+        total = sum(chunk.hotness for chunk in self.categorical_chunks)
+        if categorical.shape != (n, total):
+            raise DataError(f"categorical chunk has shape {categorical.shape}, expected ({n}, {total})",
+                            self.categorical_chunks[0].path if tables else None)
+        bounds = np.cumsum([0] + [chunk.hotness for chunk in self.categorical_chunks])
+        return [categorical[:, a:b] if chunk.multi_hot else categorical[:, a]
+                for chunk, a, b in zip(self.categorical_chunks, bounds[:-1], bounds[1:])]
+
+    def _check_ids(self, chunk: BinaryChunk, card: int, col: np.ndarray, n: int) -> bytes:
+        """The stored bytes of one table's ids, after checking them (errors name file, feature and row)."""
+        shapes: list[tuple[int, ...]] = [(n,)]  # a multi-hot column is [n, max_hotness] ([n] too if that is 1)
+        if chunk.multi_hot:
+            shapes = [(n, chunk.hotness)] + (shapes if chunk.hotness == 1 else [])
+        if col.shape not in shapes:
+            raise DataError(f"id column has shape {col.shape}, expected {' or '.join(map(str, shapes))}",
+                            chunk.path, chunk.features[0])
+        if not np.issubdtype(col.dtype, np.integer):
+            raise DataError(f"ids must be integers, got dtype {col.dtype}", chunk.path, chunk.features[0])
+        rows = col.reshape(n, chunk.hotness)
+        bad = np.flatnonzero(bad_bag_rows(rows, card) if chunk.multi_hot else bad_onehot_rows(col, card))
+        if bad.size:
+            r = int(bad[0])
+            why = bag_problem(rows[r], card) if chunk.multi_hot else onehot_problem(col[r], card)
+            raise DataError(why, chunk.path, chunk.features[0], self.rows_written + r)
+        return np.ascontiguousarray(rows, dtype=chunk.dtype).tobytes()
+
+    def _check_group(self, group, n: int) -> bytes:
+        chunk = self.group_chunk
+        if chunk is None:
+            if group is not None:
+                raise DataError("got group ids, but the feature spec has no map channel")
+            return b""
+        name = chunk.features[0]
+        values = None if group is None else np.asarray(group)
+        if values is None or values.shape != (n,) or not np.issubdtype(values.dtype, np.integer):
+            got = "none" if values is None else f"shape {values.shape}, dtype {values.dtype}"
+            raise DataError(f"group ids must be {n} integers (the map channel), got {got}", chunk.path, name)
+        limits = np.iinfo(chunk.dtype)
+        bad = np.flatnonzero((values < limits.min) | (values > limits.max))
+        if bad.size:
+            r = int(bad[0])
+            raise DataError(f"group id {int(values[r])} does not fit {chunk.dtype.name}", chunk.path, name,
+                            self.rows_written + r)
+        return values.astype(chunk.dtype).tobytes()
 
 
-def write_split_binary(out_dir: str, spec: FeatureSpec, mapping: str, label, numerical, categorical) -> int:
+def write_split_binary(out_dir: str, spec: FeatureSpec, mapping: str, label, numerical, categorical,
+                       group=None) -> int:
     """Write one whole mapping in a single call (tests, small datasets)."""
     with SplitBinaryWriter(out_dir, spec, mapping) as writer:
-        writer.write(label, numerical, categorical)
+        writer.write(label, numerical, categorical, group)
     return writer.rows_written

@@ -7,7 +7,7 @@ import time
 
 from dlrm import dist
 from dlrm.config import Config, DataConfig
-from dlrm.data.criteo import preset_cardinalities
+from dlrm.data.criteo import preset_cardinalities, preset_hotness
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.validate import check_mappings
 from dlrm.train.build import cores_per_rank
@@ -25,7 +25,8 @@ def prepare_dataset(data_cfg: DataConfig, group: dist.ProcessGroup, log: Metrics
         return data_cfg.dataset_dir
     directory = os.path.abspath(data_cfg.synthetic_dir)
     cardinalities = preset_cardinalities(data_cfg.synthetic_preset)
-    sizes = (cardinalities, data_cfg.synthetic_train_rows, data_cfg.synthetic_test_rows, data_cfg.synthetic_seed)
+    sizes = (cardinalities, data_cfg.synthetic_train_rows, data_cfg.synthetic_test_rows, data_cfg.synthetic_seed,
+             preset_hotness(data_cfg.synthetic_preset))
     if group.rank == 0:
         from dlrm.data.synthetic import generate_atomically, is_generated  # only the generating rank needs it
 

@@ -1,8 +1,9 @@
 """Each decode/check kernel: the compiled one equals the numpy reference bit for bit.
 
 Random inputs over every stored dtype the feature spec allows (labels as bytes, float16 and float32
-numericals, int8/int16/int32 ids), with and without bad values, for empty ranges, a last partial
-batch and sizes that are not multiples of the kernels' vector, tile and block widths.
+numericals, int8/int16/int32 one-hot ids and multi-hot rows), with and without bad values, for empty
+ranges, a last partial batch and sizes that are not multiples of the kernels' vector, tile and block
+widths.
 """
 import os
 import subprocess
@@ -12,15 +13,19 @@ import numpy as np
 import pytest
 
 from dlrm.data import decode
-from dlrm.data.decode_arrays import read_only
+from dlrm.data.decode_arrays import read_only, total_hotness
+from tests.data.mixed_dataset import random_bags
 
 ID_DTYPES = {np.int8: 128, np.int16: 32768, np.int32: 1 << 20}  # dtype -> largest cardinality it holds
-# (numerical dtype or None, id dtype per table)
+# (numerical dtype or None, id dtype per one-hot table, (id dtype, max_hotness) per multi-hot table)
 LAYOUTS = {
-    "criteo-like": (np.float16, [np.int8, np.int16, np.int32, np.int8] * 6 + [np.int16, np.int32]),
-    "float32, 9 tables": (np.float32, [np.int32, np.int8] * 4 + [np.int16]),
-    "3 tables, no numericals": (None, [np.int16, np.int8, np.int32]),
-    "no tables": (np.float16, []),
+    "criteo-like": (np.float16, [np.int8, np.int16, np.int32, np.int8] * 6 + [np.int16, np.int32], []),
+    "float32, 9 tables": (np.float32, [np.int32, np.int8] * 4 + [np.int16], []),
+    "3 tables, no numericals": (None, [np.int16, np.int8, np.int32], []),
+    "no tables": (np.float16, [], []),
+    "9 one-hot and multi-hot": (np.float32, [np.int32, np.int8] * 4 + [np.int16],
+                                [(np.int8, 3), (np.int16, 2), (np.int32, 1), (np.int8, 7), (np.int16, 100)]),
+    "multi-hot only": (None, [], [(np.int16, 4), (np.int8, 1), (np.int32, 12)]),
 }
 WIDTH = 13
 
@@ -28,7 +33,7 @@ WIDTH = 13
 def random_sources(rows: int, layout: str, bad: bool, seed: int) -> decode.RowSources:
     """A mapping of `rows` random rows; with `bad`, a few bad values of every kind at random places."""
     rng = np.random.default_rng(seed)
-    numerical_dtype, id_dtypes = LAYOUTS[layout]
+    numerical_dtype, id_dtypes, bag_layout = LAYOUTS[layout]
     label = (rng.random(rows) < 0.3).astype(np.uint8)
     numerical = None
     if numerical_dtype is not None:
@@ -37,24 +42,42 @@ def random_sources(rows: int, layout: str, bad: bool, seed: int) -> decode.RowSo
         numerical[:min(rows * WIDTH, edges.size)] = edges[:rows * WIDTH]
     cards = [int(rng.integers(1, ID_DTYPES[dtype] + 1)) for dtype in id_dtypes]
     columns = [rng.integers(0, card, rows).astype(dtype) for dtype, card in zip(id_dtypes, cards)]
+    bag_cards = [int(rng.integers(1, ID_DTYPES[dtype] + 1)) for dtype, _ in bag_layout]
+    bags = [random_bags(rng, rows, card, hotness).astype(dtype)
+            for (dtype, hotness), card in zip(bag_layout, bag_cards)]
     if bad and rows:
         label[rng.integers(0, rows, 2)] = rng.integers(2, 256, 2)
         if numerical is not None:
             numerical[rng.integers(0, rows * WIDTH, 3)] = [np.inf, -np.inf, np.nan]
         for col, card in zip(columns, cards):
             col[rng.integers(0, rows, 2)] = [-1, card] if card < np.iinfo(col.dtype).max else -1
-    return decode.row_sources(label, numerical, 0 if numerical is None else WIDTH, columns, cards)
+        for bag, card in zip(bags, bag_cards):
+            spoil_bags(rng, bag, card)
+    hotness = [1] * len(columns) + [h for _, h in bag_layout]
+    return decode.row_sources(label, numerical, 0 if numerical is None else WIDTH, columns + [b.ravel() for b in bags],
+                              cards + bag_cards, hotness, [False] * len(columns) + [True] * len(bags))
+
+
+def spoil_bags(rng, bag: np.ndarray, card: int) -> None:
+    """An id out of range, an id below the padding and an id after padding, each in a random row."""
+    rows, hotness = bag.shape
+    limit = np.iinfo(bag.dtype).max
+    bag[rng.integers(0, rows), rng.integers(0, hotness)] = card if card <= limit else -2
+    bag[rng.integers(0, rows), rng.integers(0, hotness)] = -2
+    if hotness > 1:
+        row = rng.integers(0, rows)
+        bag[row, 0], bag[row, 1] = -1, rng.integers(0, card)
 
 
 def empty_outputs(rows: int, sources: decode.RowSources) -> decode.BatchArrays:
     """Outputs filled with a pattern, so a value a kernel fails to write shows up."""
     out = decode.BatchArrays(np.full(rows, 7.0, np.float32), np.full(rows * sources.width, 0xDEADBEEF, np.uint32),
-                             np.full((rows, sources.cards.shape[0]), -7, np.int32))
+                             np.full((rows, total_hotness(sources)), -7, np.int32))
     return out
 
 
 def scratch(sources: decode.RowSources, parts: int = 1) -> np.ndarray:
-    return decode.new_scratch(parts, sources.cards.shape[0])
+    return decode.new_scratch(parts, sources.onehot)
 
 
 # (rows in the mapping, first row, rows decoded): empty, tiny, not multiples of 8/16, several categorical
@@ -155,6 +178,30 @@ def test_several_bad_values_report_the_earliest_row_then_the_lowest_kind_and_col
             (decode.NUMERICAL, 9, 30)
         assert kernels.check_block(sources, 31, 100)[:3] == (decode.NUMERICAL, 7, 40)
         assert kernels.check_block(sources, 41, 100)[:3] == (decode.LABEL, 0, 60)
+
+
+def test_bad_multi_hot_rows_are_reported_at_the_earliest_row_then_the_lowest_table():
+    """9 one-hot tables (columns 0..8), then bags: table 9 (columns 9..11), 10 (12..13), 11 (14),
+    12 (15..21), 13 (22..121)."""
+    sources = random_sources(100, "9 one-hot and multi-hot", bad=False, seed=6)
+    bags8, bags16 = [np.array(b) for b in sources.bags8], [np.array(b) for b in sources.bags16]
+    bags8[0][50 * 3:51 * 3] = [4, -1, 2]  # table 9, row 50: an id after padding
+    bags16[1][50 * 100 + 99] = -3  # table 13, row 50: an id below the padding
+    bags8[1][70 * 7:71 * 7] = [-1] * 6 + [0]  # table 12, row 70
+    one_hot = [np.array(c) for c in sources.cols32]
+    one_hot[0][70] = -1  # table 0, row 70: a one-hot id is never padding
+    sources = sources._replace(bags8=tuple(map(read_only, bags8)), bags16=tuple(map(read_only, bags16)),
+                               cols32=tuple(map(read_only, one_hot)))
+    for kernels in (decode.NUMBA, decode.NUMPY):
+        assert kernels.decode_rows(sources, 0, 1, scratch(sources), empty_outputs(100, sources)) == \
+            (decode.CATEGORICAL, 9, 50)
+        assert kernels.check_block(sources, 0, 100)[:3] == (decode.CATEGORICAL, 9, 50)
+        assert kernels.check_block(sources, 51, 100)[:3] == (decode.CATEGORICAL, 0, 70)
+        out = empty_outputs(30, sources)
+        assert kernels.decode_rows(sources, 0, 1, scratch(sources), out) == decode.NO_ERROR
+        np.testing.assert_array_equal(out.categorical[:, 9:12], bags8[0][:90].reshape(30, 3))
+        np.testing.assert_array_equal(out.categorical[:, 22:122], bags16[1][:3000].reshape(30, 100))
+        assert (out.categorical[0, 9:] == -1).all()  # row 0 is an empty bag in every multi-hot table
 
 
 def test_importing_the_data_package_changes_no_global_state():

@@ -94,3 +94,66 @@ def test_load_errors_name_the_file(tmp_path):
     assert "missing section 'source_spec'" in caught.value.message and str(caught.value) == caught.value.message
     with pytest.raises(SpecError, match="no mapping 'valid'"):
         FeatureSpec.criteo_like([3]).validate(check_files=False, mappings=["valid"])
+
+
+def mixed_spec(**kwargs) -> FeatureSpec:
+    """One-hot, multi-hot, numerical and a group id: the shape of NVIDIA's multi-hot feature specs."""
+    return FeatureSpec.criteo_like([5, 300], num_numerical=2, mappings=["train"],
+                                   multi_hot={"topics": (40, 3), "history": (70000, 5)}, group="display_id", **kwargs)
+
+
+def test_multi_hot_spec_uses_nvidia_channel_names_and_contract_order(tmp_path):
+    spec = mixed_spec()
+    assert spec.channel_spec == {"label": ["label"], "numerical": ["num_0", "num_1"],
+                                 "onehot_categorical": ["cat_0", "cat_1"],
+                                 "multihot_categorical": ["topics", "history"], "map": ["display_id"]}
+    assert spec.onehot_names == ["cat_0", "cat_1"] and spec.multihot_names == ["topics", "history"]
+    assert spec.categorical_names == ["cat_0", "cat_1", "topics", "history"]
+    assert spec.cardinalities == [5, 300, 40, 70000] and spec.hotnesses == [1, 1, 3, 5]
+    assert spec.max_hotness == {"topics": 3, "history": 5} and spec.group_name == "display_id"
+    assert spec.feature_spec["history"] == {"dtype": "int32", "cardinality": 70000, "max_hotness": 5}
+    assert spec.feature_spec["display_id"] == {"dtype": "int64"}
+    assert [c["files"] for c in spec.source_spec["train"][-3:]] == \
+        [["train/cat_2.bin"], ["train/cat_3.bin"], ["train/group.bin"]]
+    spec.save(str(tmp_path))
+    assert FeatureSpec.load(str(tmp_path)).validate(check_files=False).to_dict() == spec.to_dict()
+    chunks = spec.binary_chunks("train")
+    assert [(c.features[0], c.hotness, c.multi_hot, c.record_bytes) for c in chunks[-3:]] == \
+        [("topics", 3, True, 3), ("history", 5, True, 20), ("display_id", 1, False, 8)]
+
+
+def test_legacy_categorical_channel_is_the_one_hot_channel():
+    spec = FeatureSpec.criteo_like([5, 300], num_numerical=1)
+    assert "categorical" in spec.channel_spec and spec.onehot_names == ["cat_0", "cat_1"]
+    spec.channel_spec["onehot_categorical"] = spec.channel_spec.pop("categorical")
+    assert spec.validate(check_files=False).categorical_names == ["cat_0", "cat_1"]
+    assert spec.multihot_names == [] and spec.group_name is None and spec.hotnesses == [1, 1]
+
+
+@pytest.mark.parametrize("change, rule", [
+    (lambda s: s.channel_spec.update(categorical=[]), "both 'categorical' and 'onehot_categorical'"),
+    (lambda s: s.feature_spec["topics"].pop("max_hotness"), "'topics' needs an integer max_hotness >= 1, got None"),
+    (lambda s: s.feature_spec["topics"].update(max_hotness=0), "'topics' needs an integer max_hotness >= 1, got 0"),
+    (lambda s: s.feature_spec["topics"].update(max_hotness=2.5), "integer max_hotness >= 1, got 2.5"),
+    (lambda s: s.feature_spec["topics"].update(dtype="int64"), "multi-hot feature 'topics' has dtype int64"),
+    (lambda s: s.feature_spec["topics"].update(cardinality=0), "'topics' needs an integer cardinality >= 1"),
+    (lambda s: s.feature_spec["cat_1"].update(max_hotness=4), "'cat_1' has max_hotness 4: a one-hot feature"),
+    (lambda s: s.feature_spec["cat_0"].update(embedding_dim=0), "'cat_0': embedding_dim must be an integer >= 1"),
+    (lambda s: s.feature_spec["topics"].update(combiner="max"), "'topics': combiner must be one of ['sum', 'mean']"),
+    (lambda s: s.feature_spec["display_id"].update(dtype="float32"), "'display_id' has dtype float32; use int32"),
+    (lambda s: s.channel_spec["map"].append("num_1"), "channel_spec.map lists at most one feature"),
+    (lambda s: s.source_spec["train"][-3].update(features=["topics", "history"]), "stored one per file"),
+])
+def test_bad_multi_hot_spec_names_the_feature_and_the_rule(change, rule):
+    spec = mixed_spec()
+    change(spec)
+    with pytest.raises(SpecError) as caught:
+        spec.validate(check_files=False)
+    assert rule in "\n".join(caught.value.problems)
+
+
+def test_per_feature_embedding_dim_and_combiner_are_accepted():
+    spec = mixed_spec()
+    spec.feature_spec["topics"].update(embedding_dim=16, combiner="mean")
+    spec.feature_spec["cat_0"].update(embedding_dim=4, combiner="sum", max_hotness=1)
+    spec.validate(check_files=False)
