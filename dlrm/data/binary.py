@@ -100,6 +100,9 @@ class MappedFiles:
 class BatchReader:
     """Iterates one mapping in global batches, yielding this rank's contiguous slice of each.
 
+    A batch holds every table's ids side by side, [b, total_hotness] in table order (one-hot, then
+    multi-hot with its -1 padding), and the group ids when the spec has a `map` channel.
+
     - `partial_batch="keep"` yields the last, smaller global batch (split as evenly as possible over
       the ranks); `"drop"` skips it and reports the skipped rows in `rows_skipped`. Nothing else is
       ever skipped.
@@ -112,7 +115,8 @@ class BatchReader:
       waits for another at a barrier, so a thread the OS preempts (the consumer wakes on the same cores)
       delays only its own batch.
     - Opening checks the files (exist, whole records, equal row counts); every decoded row is
-      checked (label 0/1, numericals finite, ids in [0, cardinality)) inside the conversion loop,
+      checked (label 0/1, numericals finite, ids in [0, cardinality), -1 only as the trailing padding
+      of a multi-hot row) inside the conversion loop,
       so the checks are always on; errors name the file, the feature and the row. `check_all()`
       checks a whole mapping without decoding (the trainer's start-up check: `dlrm.data.validate`).
     - Each batch owns its arrays until the consumer calls `batch.release()`; the reader then decodes

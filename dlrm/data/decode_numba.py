@@ -174,7 +174,7 @@ def _decode_onehot(sources, first, wide, out):
 @numba.njit(nogil=True, cache=True)
 def decode_categorical(sources, first, wide, out):
     """File rows first .. first + len(out) of the id files -> out int32 [rows, total hotness] (C order):
-    the one-hot tables (`_decode_onehot`), then the multi-hot ones (`decode_bags`). Returns (table, row
+    the one-hot tables (`_decode_onehot`), then the multi-hot ones (`decode_bag_group`). Returns (table, row
     of out) of the earliest bad row (its lowest table), else (-1, -1)."""
     n = out.shape[0]
     table, row = -1, n

@@ -2,11 +2,13 @@
 
 The input spec lists, per mapping, one `csv` chunk holding every feature in column order; its files
 are concatenated row-wise. Values must already be model-ready: label 0/1, numericals as numbers
-(stored as float16), categoricals as integer ids in [0, cardinality). Files are read in chunks (pandas'
-C parser), so memory stays bounded. Any bad field (empty, not a number, non-integer or out-of-range
-id, label not 0/1, NaN/inf, too many or too few fields) stops the run with an error naming the CSV
-file, its line and the feature, and so does an empty CSV file; nothing is published (the writer
-renames files only on success).
+(stored as float16), one-hot categoricals as integer ids in [0, cardinality), multi-hot ones as a
+bracketed list of such ids, `[3,17,5]` (`[]`: an empty bag; at most `max_hotness` ids; quoted,
+`"[3,17,5]"`, when the delimiter is a comma), the `map` group id as an integer. Files are read in chunks
+(pandas' C parser), so memory stays bounded. Any bad field (empty, not a number, non-integer or
+out-of-range id, a list longer than max_hotness, label not 0/1, NaN/inf, too many or too few fields)
+stops the run with an error naming the CSV file, its line and the feature, and so does an empty CSV
+file; nothing is published (the writer renames files only on success).
 
 CLI: `python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR [--delimiter ,]`
 """
@@ -27,15 +29,27 @@ from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.spec_rules import CSV
+from dlrm.features import PADDING_ID
 
 DEFAULT_CHUNK_ROWS = 1 << 18
 
 
+
 def output_spec(input_spec: FeatureSpec) -> FeatureSpec:
-    """The split-binary spec for the same features and mappings (metadata carried over)."""
+    """The split-binary spec for the same features and mappings (metadata, per-feature embedding dims and
+    combiners and the group id's dtype carried over)."""
     cards = dict(zip(input_spec.categorical_names, input_spec.cardinalities))
-    return FeatureSpec.split_binary(input_spec.label_name, input_spec.numerical_names, cards,
-                                    input_spec.mappings, metadata=dict(input_spec.metadata))
+    onehot = {name: cards[name] for name in input_spec.onehot_names}
+    multi_hot = {name: (cards[name], hotness) for name, hotness in input_spec.max_hotness.items()}
+    spec = FeatureSpec.split_binary(input_spec.label_name, input_spec.numerical_names, onehot, input_spec.mappings,
+                                    metadata=dict(input_spec.metadata), multi_hot=multi_hot,
+                                    group=input_spec.group_name)
+    carried: list[tuple[str, tuple[str, ...]]] = [(name, ("embedding_dim", "combiner"))
+                                                  for name in input_spec.categorical_names]
+    carried += [(input_spec.group_name, ("dtype",))] if input_spec.group_name else []
+    for name, keys in carried:
+        spec.feature_spec[name].update({k: v for k, v in input_spec.feature_spec[name].items() if k in keys})
+    return spec
 
 
 def _csv_chunk(spec: FeatureSpec, mapping: str) -> dict:
@@ -48,14 +62,19 @@ def _csv_chunk(spec: FeatureSpec, mapping: str) -> dict:
 
 
 class _ColumnRoles:
-    """Where each channel's features sit among the CSV columns."""
+    """Where each channel's features sit among the CSV columns: the numbers (label, numerical, one-hot ids,
+    read as float64) and the text fields (multi-hot lists and the group id, parsed here)."""
 
     def __init__(self, spec: FeatureSpec, columns: list[str]):
-        position = {name: i for i, name in enumerate(columns)}
         self.columns = columns
+        self.text = spec.multihot_names + ([spec.group_name] if spec.group_name else [])
+        self.numbers = [name for name in columns if name not in self.text]
+        position = {name: i for i, name in enumerate(self.numbers)}
         self.label = position[spec.label_name]
         self.numerical = [position[n] for n in spec.numerical_names]
-        self.categorical = [position[n] for n in spec.categorical_names]
+        self.categorical = [position[n] for n in spec.onehot_names]
+        self.max_hotness = spec.max_hotness
+        self.group = spec.group_name
 
 
 def _check_block(values: np.ndarray, roles: _ColumnRoles, path: str, first_line: int) -> None:
@@ -69,13 +88,63 @@ def _check_block(values: np.ndarray, roles: _ColumnRoles, path: str, first_line:
     hit = first_bad(np.isnan(values))
     if hit:
         line = first_line + hit[0]
-        raise DataError(f"(line {line}) empty or missing field", path, roles.columns[hit[1]], line - 1)
+        raise DataError(f"(line {line}) empty or missing field", path, roles.numbers[hit[1]], line - 1)
     ids = values[:, roles.categorical]
     hit = first_bad((ids != np.floor(ids)) | (np.abs(ids) >= 2**31))
     if hit:
         line = first_line + hit[0]
         raise DataError(f"(line {line}) id {ids[hit]:g} is not a whole number below 2^31", path,
-                        roles.columns[roles.categorical[hit[1]]], line - 1)
+                        roles.numbers[roles.categorical[hit[1]]], line - 1)
+
+
+def _parse_bags(texts: np.ndarray, hotness: int, path: str, feature: str, first_line: int) -> np.ndarray:
+    """Bracketed id lists ("[3,17,5]", "[]") -> ids [rows, hotness], -1 padded; errors name the line."""
+    bags = np.full((texts.shape[0], hotness), PADDING_ID, np.int64)
+    for r, text in enumerate(texts):
+        line = first_line + r
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"(line {line}) empty or missing field", path, feature, line - 1)
+        inner = text.strip()
+        try:
+            if not (inner.startswith("[") and inner.endswith("]")):
+                raise ValueError(text)
+            ids = [int(part) for part in inner[1:-1].split(",")] if inner[1:-1].strip() else []
+        except ValueError:
+            raise DataError(f"(line {line}) {text!r} is not a bracketed list of integer ids like [3,17,5] "
+                            f"(quote it when the delimiter is a comma)", path, feature, line - 1) from None
+        if len(ids) > hotness:
+            raise DataError(f"(line {line}) {len(ids)} ids is more than max_hotness {hotness}", path, feature,
+                            line - 1)
+        if any(i < 0 for i in ids):
+            raise DataError(f"(line {line}) id {min(ids)} is outside [0, cardinality)", path, feature, line - 1)
+        bags[r, :len(ids)] = ids
+    return bags
+
+
+def _parse_group(texts: np.ndarray, path: str, feature: str, first_line: int) -> np.ndarray:
+    """Integer group ids (the map channel) -> int64 [rows]; errors name the line."""
+    out = np.empty(texts.shape[0], np.int64)
+    for r, text in enumerate(texts):
+        try:
+            out[r] = int(text)
+        except (TypeError, ValueError, OverflowError):
+            line = first_line + r
+            why = "empty or missing field" if not isinstance(text, str) else f"{text!r} is not an integer group id"
+            raise DataError(f"(line {line}) {why}", path, feature, line - 1) from None
+    return out
+
+
+def _block_arrays(block: pd.DataFrame, roles: _ColumnRoles, path: str, first_line: int) -> tuple:
+    """The writer's (label, numerical, categorical tables, group) of one block of CSV lines (first line
+    number `first_line`), after the checks only the CSV can fail."""
+    values = block[roles.numbers].to_numpy(dtype=np.float64)
+    _check_block(values, roles, path, first_line)
+    tables = [values[:, j].astype(np.int64) for j in roles.categorical]
+    tables += [_parse_bags(block[name].to_numpy(), hotness, path, name, first_line)
+               for name, hotness in roles.max_hotness.items()]
+    group = None if roles.group is None else _parse_group(block[roles.group].to_numpy(), path, roles.group,
+                                                           first_line)
+    return values[:, roles.label], values[:, roles.numerical], tables, group
 
 
 def _at_csv_line(error: DataError, path: str, rows_before_file: int) -> DataError:
@@ -95,6 +164,8 @@ def _diagnose(path: str, first_line: int, roles: _ColumnRoles, delimiter: str, e
                 return DataError(f"(line {line_number}) has {len(fields)} fields, expected {len(roles.columns)}",
                                  path, None, line_number - 1)
             for name, text in zip(roles.columns, fields):
+                if name in roles.text:
+                    continue
                 try:
                     float(text)
                 except ValueError:
@@ -112,7 +183,8 @@ def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSp
             path = input_spec.resolve(relative)
             first_line = 1
             rows_before_file = writer.rows_written
-            reader = pd.read_csv(path, header=None, sep=delimiter, dtype=np.float64, chunksize=chunk_rows,
+            dtypes = {name: (object if name in roles.text else np.float64) for name in roles.columns}
+            reader = pd.read_csv(path, header=None, sep=delimiter, dtype=dtypes, chunksize=chunk_rows,
                                  skip_blank_lines=False, engine="c", names=roles.columns, index_col=False)
             blocks = iter(reader)
             while True:
@@ -122,14 +194,12 @@ def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSp
                     break
                 except (ValueError, pd.errors.ParserError) as error:
                     raise _diagnose(path, first_line, roles, delimiter, error) from None
-                values = block.to_numpy(dtype=np.float64)
-                _check_block(values, roles, path, first_line)
+                arrays = _block_arrays(block, roles, path, first_line)
                 try:
-                    writer.write(values[:, roles.label], values[:, roles.numerical],
-                                 [values[:, j].astype(np.int64) for j in roles.categorical])
+                    writer.write(*arrays)
                 except DataError as error:
                     raise _at_csv_line(error, path, rows_before_file) from None
-                first_line += values.shape[0]
+                first_line += block.shape[0]
             if writer.rows_written == rows_before_file:
                 raise DataError(f"the CSV file is empty: no rows for mapping {mapping!r} (fill it, or remove it "
                                 f"from source_spec.{mapping})", path)

@@ -1,7 +1,8 @@
 """Start-up checks of every value of every mapping a run reads, each rank checking a share of the rows.
 
 Opening a reader checks the spec and the files' structure; the values (labels 0/1, finite
-numericals, ids in [0, cardinality)) are otherwise checked only as batches are decoded, so a bad row
+numericals, ids in [0, cardinality), multi-hot rows padded with -1 only at their end) are otherwise
+checked only as batches are decoded, so a bad row
 in the test mapping would surface at the evaluation, after the training. `check_mappings` checks
 them all before step 1: each of N ranks checks a contiguous 1/N of every mapping's rows with the
 compiled kernels (`decode.check_rows`, no decode, on several threads), the ranks exchange what they

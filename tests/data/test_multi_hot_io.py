@@ -133,3 +133,27 @@ def test_bad_multi_hot_values_name_file_feature_and_row(tmp_path, threads, decod
                 read()
             assert (caught.value.file, caught.value.feature, caught.value.row) == expected[:3]
             assert expected[3] in str(caught.value)
+
+
+@pytest.mark.parametrize("numerical, one_hot, multi_hot, group", [
+    ([], {}, {"a": (5, 2), "b": (300, 1)}, None),  # no numerical, no one-hot
+    (["x"], {"c": 9}, {}, "g"),  # one-hot only, named onehot_categorical (a group id is present)
+    (["x", "y"], {}, {}, None),  # no categorical feature at all
+    ([], {"c": 9}, {"a": (40000, 4)}, "g"),
+])
+def test_spec_variants_read_back(tmp_path, numerical, one_hot, multi_hot, group, decode_kernels):
+    spec = FeatureSpec.split_binary("label", numerical, one_hot, mappings=["train"], multi_hot=multi_hot, group=group)
+    rng = np.random.default_rng(3)
+    n = 37
+    tables = [rng.integers(0, card, n) for card in one_hot.values()]
+    tables += [np.where(rng.random((n, h)) < 0.5, rng.integers(0, card, (n, h)), -1) for card, h in multi_hot.values()]
+    tables = [np.sort(t, axis=1)[:, ::-1] if t.ndim == 2 else t for t in tables]  # -1 last
+    label, values = rng.random(n) < 0.5, rng.normal(size=(n, len(numerical)))
+    groups = rng.integers(0, 1000, n) if group else None
+    write_split_binary(str(tmp_path), spec, "train", label, values, tables, groups)
+    spec.save(str(tmp_path))
+    batch = BatchReader(FeatureSpec.load(str(tmp_path)), "train", n, prefetch=0).read_batch(0)
+    expected = np.concatenate([t.reshape(n, -1) for t in tables], axis=1) if tables else np.empty((n, 0))
+    np.testing.assert_array_equal(batch.categorical, expected)
+    assert batch.numerical.shape == (n, len(numerical))
+    assert (batch.group is None) == (group is None)
