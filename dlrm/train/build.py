@@ -22,6 +22,7 @@ from dlrm.embedding.local import LocalEmbedding
 from dlrm.embedding.memory_check import check_plan_fits_machine
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import Plan, plan_embeddings
+from dlrm.features import one_hot_tables
 from dlrm.model.dlrm import RecommenderModel, build_model
 from dlrm.train.checkpoint import PieceSlots
 from dlrm.train.optimizers import LossScaledOptimizer, SparseOptimizer, build_optimizer
@@ -60,8 +61,9 @@ def build_embeddings(config: Config, table_sizes: Sequence[int],
                            if config.train.mode == "train" else 0)  # eval and inference hold no slots
     check_plan_fits_machine(plan, group)
     if group.size == 1:
-        return LocalEmbedding(table_sizes, config.model.embedding_dim, seed=config.model.seed), None
-    return DistributedEmbedding(plan, seed=config.model.seed, group=group), plan
+        return LocalEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), seed=config.model.seed), None
+    return DistributedEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), plan, seed=config.model.seed,
+                                group=group), plan
 
 
 @dataclass
