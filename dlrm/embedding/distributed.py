@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
+from dlrm.embedding.blocks import stitch_blocks
 from dlrm.embedding.exchange import Exchange, Route, TableAssembly
 from dlrm.embedding.local import initial_table_values
 from dlrm.embedding.planner import Plan
@@ -121,17 +122,17 @@ class DistributedEmbedding(EmbeddingCollection):
     def call(self, ids):
         bags = self.split_ids(ids)
         self._check_ids(tf.concat(bags, axis=1))
-        vectors = {}
+        replicated = {}
         # Replicated lookups first and in fixed name scopes: inside tf.function, Horovod names the
         # allgather of their gradients after the gradient tensors' op names, which must therefore be
         # the same on every rank, whatever shards each rank holds.
         for t, variable in self.replicated_tables.items():
             with tf.name_scope(f"replicated_table_{t}"):
                 table = self.tables[t]
-                vectors[t] = pool(variable, bags[t], table.combiner, table.multi_hot)
-        if self.exchange.returned_order:
-            vectors.update(self._sharded_lookup(bags))
-        return tf.concat([vectors[t] for t in range(len(self.tables))], axis=1)
+                replicated[t] = pool(variable, bags[t], table.combiner, table.multi_hot)
+        if not self.exchange.returned_order:
+            return tf.concat([replicated[t] for t in range(len(self.tables))], axis=1)
+        return self._sharded_lookup(bags, replicated)
 
     def _check_ids(self, ids) -> None:
         """Out-of-range ids would fail on the owner rank with a confusing error: stop them here."""
@@ -145,8 +146,8 @@ class DistributedEmbedding(EmbeddingCollection):
             [f"categorical ids out of range on rank {self.rank} (tables {[t.name for t in self.tables]}, "
              f"rows {self.table_sizes}); offending table indices:", bad_tables])
 
-    def _sharded_lookup(self, bags: List[tf.Tensor]) -> Dict[int, tf.Tensor]:
-        """{table: pooled vectors [B_local, dim]} of every sharded table, through the two all-to-alls."""
+    def _sharded_lookup(self, bags: List[tf.Tensor], replicated: Dict[int, tf.Tensor]) -> tf.Tensor:
+        """The output [B_local, total_dim]: sharded tables through the two all-to-alls, plus `replicated`."""
         exchange, world = self.exchange, self.world_size
         batch = tf.shape(bags[0])[0]
         id_widths = tf.constant([exchange.id_width(d) for d in range(world)], tf.int32)
@@ -157,13 +158,64 @@ class DistributedEmbedding(EmbeddingCollection):
                          else tf.zeros([world], tf.int32))
         returned, _ = self.group.alltoall(self._owner_pool(received), return_splits,
                                           name=f"{self.name}_vectors")
-        widths = [exchange.vector_width(d) for d in range(world)]
-        piece_vectors: List[tf.Tensor] = []
-        for d, part in enumerate(tf.split(returned, batch * tf.constant(widths, tf.int32), num=world)):
-            if exchange.routes[d]:
-                block = tf.reshape(part, [batch, widths[d]])
-                piece_vectors += tf.split(block, [route.width for route in exchange.routes[d]], axis=1)
-        return {t: self._assemble(assembly, piece_vectors, bags[t]) for t, assembly in exchange.assembly.items()}
+        blocks = tf.reshape(returned, [-1, exchange.block])
+        positions, partials = self._returned_positions(batch)
+        indices, data = [positions], [blocks]
+        extras = {(t, 0): vectors for t, vectors in replicated.items()}
+        for t, assembly in exchange.assembly.items():
+            extras.update(self._row_sliced_sums(assembly, blocks, partials, bags[t]))
+        row = tf.range(batch)[:, None]
+        for (table, col_start), vectors in extras.items():
+            first = exchange.output_block(table, col_start)
+            width = vectors.shape[1] // exchange.block
+            indices.append(tf.reshape(row * exchange.output_blocks + tf.range(first, first + width)[None, :], [-1]))
+            data.append(tf.reshape(vectors, [-1, exchange.block]))
+        out = stitch_blocks(indices, data, batch * exchange.output_blocks, overflow=exchange.partial_blocks > 0)
+        return tf.reshape(out, [batch, sum(self.dims)])
+
+    def _returned_positions(self, batch) -> Tuple[tf.Tensor, Dict[int, tf.Tensor]]:
+        """(where each returned block goes: its output block, or an overflow slot past the output for a row
+        slice's; {index in returned_order: positions in the returned blocks of that row slice's vectors})."""
+        exchange = self.exchange
+        row = tf.range(batch)[:, None]
+        overflow_start = batch * exchange.output_blocks
+        positions, partials = [], {}
+        start, index = tf.constant(0, tf.int32), 0
+        for d in range(self.world_size):
+            targets, slots = exchange.returned_targets(d)
+            if not targets:
+                continue
+            slot = tf.constant(slots, tf.int32)[None, :]
+            place = tf.where(slot >= 0, overflow_start + row * exchange.partial_blocks + slot,
+                             row * exchange.output_blocks + tf.constant(targets, tf.int32)[None, :])
+            positions.append(tf.reshape(place, [-1]))
+            mine = start + row * len(targets) + tf.range(len(targets))[None, :]  # [B, blocks of rank d]
+            first = 0
+            for route in exchange.routes[d]:
+                width = route.width // exchange.block
+                if route.row_slice:
+                    partials[index] = tf.reshape(mine[:, first:first + width], [-1])
+                first, index = first + width, index + 1
+            start += batch * len(targets)
+        return tf.concat(positions, axis=0), partials
+
+    def _row_sliced_sums(self, assembly: TableAssembly, blocks, partials: Dict[int, tf.Tensor], bag
+                         ) -> Dict[Tuple[int, int], tf.Tensor]:
+        """{(table, first column): pooled vectors} of a table's row-sliced column ranges: the partial sums
+        of its row slices added up (divided by the bag's count for a mean)."""
+        table = self.tables[assembly.table]
+        pooled = {}
+        for group in assembly.column_groups:
+            if group[0] not in partials:
+                continue  # a whole-row piece: its blocks go straight to the output
+            piece = self.exchange.returned_order[group[0]].piece
+            width = piece.col_end - piece.col_start
+            parts = [tf.reshape(tf.gather(blocks, partials[i]), [-1, width]) for i in group]
+            summed = parts[0] if len(parts) == 1 else tf.add_n(parts)
+            if table.multi_hot and table.combiner == "mean":
+                summed = mean_of(summed, bag_counts(bag))
+            pooled[(assembly.table, piece.col_start)] = summed
+        return pooled
 
     @staticmethod
     def _ids_for(bags: List[tf.Tensor], routes: List[Route]) -> tf.Tensor:
@@ -191,16 +243,3 @@ class DistributedEmbedding(EmbeddingCollection):
             vectors.append(bag_sums(variable, bag) if route.row_slice
                            else pool(variable, bag, table.combiner, table.multi_hot))
         return tf.reshape(tf.concat(vectors, axis=1), [-1])
-
-    def _assemble(self, assembly: TableAssembly, piece_vectors: List[tf.Tensor], bag) -> tf.Tensor:
-        """A table's pooled vectors from its pieces': column slices side by side, row slices added."""
-        table = self.tables[assembly.table]
-        columns = []
-        for group in assembly.column_groups:
-            parts = [piece_vectors[i] for i in group]
-            summed = parts[0] if len(parts) == 1 else tf.add_n(parts)
-            partial = any(self.exchange.returned_order[i].row_slice for i in group)
-            if partial and table.multi_hot and table.combiner == "mean":
-                summed = mean_of(summed, bag_counts(bag))
-            columns.append(summed)
-        return columns[0] if len(columns) == 1 else tf.concat(columns, axis=1)

@@ -6,9 +6,16 @@ columns of the tables whose pieces d owns (`routes[d]`, in plan order), and send
 pooled vectors [rows, `vector_width(d)`], each piece's vector as wide as the piece. `assembly` says
 how the requester puts the returned vectors together into each table's pooled vector: column slices
 side by side, the partial sums of row slices added up.
+
+The requester moves vectors in *blocks* of `block` floats (the largest width that divides every table's
+dim and every piece's column range): each returned block of a table-wise or column-sliced piece has one
+place in the output row (`returned_targets`), so the whole output is put together by one stitch of
+blocks instead of per-piece splits and per-table concatenations; blocks of row slices go to overflow
+slots first (their partial sums are added before they reach the output).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
@@ -59,6 +66,32 @@ class Exchange:
                 self.routes[owner].append(Route(piece, tables[t].hotness, row_slice))
         self.returned_order: List[Route] = [route for routes in self.routes for route in routes]
         self.assembly: Dict[int, TableAssembly] = {t: self._assemble(t) for t in sharded}
+        edges = [table.dim for table in tables] + [edge for route in self.returned_order
+                                                    for edge in (route.piece.col_start, route.piece.col_end)]
+        self.block = math.gcd(*edges)
+        self.output_blocks = sum(table.dim for table in tables) // self.block
+        self._table_block = [sum(table.dim for table in tables[:t]) // self.block for t in range(len(tables))]
+        self.partial_blocks = sum(route.width for route in self.returned_order if route.row_slice) // self.block
+
+    def output_block(self, table: int, col_start: int = 0) -> int:
+        """Index, within an output row, of the block holding column `col_start` of table `table`."""
+        return self._table_block[table] + col_start // self.block
+
+    def returned_targets(self, rank: int) -> Tuple[List[int], List[int]]:
+        """For each block of a row returned by `rank`: (its output block, or -1 for a row slice's;
+        its overflow slot among all row slices' blocks, or -1)."""
+        targets, slots = [], []
+        slot = sum(route.width for d in range(rank) for route in self.routes[d] if route.row_slice) // self.block
+        for route in self.routes[rank]:
+            for k in range(route.width // self.block):
+                if route.row_slice:
+                    targets.append(-1)
+                    slots.append(slot)
+                    slot += 1
+                else:
+                    targets.append(self.output_block(route.table, route.piece.col_start) + k)
+                    slots.append(-1)
+        return targets, slots
 
     def id_width(self, rank: int) -> int:
         """Id columns per row that `rank` receives (its pieces' tables' hotness, summed)."""
