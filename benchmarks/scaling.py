@@ -12,8 +12,12 @@ any Horovod phase at all including NEGOTIATE (a tensor waiting until every rank 
 synchronisation and load imbalance). Overlapping tensors are counted once (interval union). Shares
 are relative to the wall time of the same windows.
 
+Models (`--model`): `tiny` (default: the embedded demo's tiny preset, dim 16, global batch 4096) or
+`reference` (the reference DLRM dims: dim 128, bottom 512-256-128, top 1024-1024-512-256-1, global
+batch 8192, t15-shaped tables capped at 200k rows).
+
 Usage (driver: generates data, alternates world sizes, writes JSON + markdown):
-    .venv/bin/python benchmarks/scaling.py [--rounds 2] [--windows 3] [--window_seconds 5]
+    .venv/bin/python benchmarks/scaling.py [--model tiny|reference] [--rounds 2] [--windows 3] [--window_seconds 5]
 The driver runs each world size `--rounds` times, alternating (1, 2, 1, 2, ...), and reports medians.
 """
 from __future__ import annotations
@@ -27,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -35,16 +41,43 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.machine import cpu_flags  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-GLOBAL_BATCH = 4096
-TRAIN_ROWS = 65536
+REFERENCE_MAX_ROWS = 200_000  # t15-shaped tables capped so that two ranks fit next to other jobs
 
 
-def model_flags(dataset: str, threads: int) -> list:
-    """The embedded demo's model (tiny preset, dim 16) with plain SGD, at a fixed global batch."""
-    return ["--dataset_path", dataset, "--embedding_dim", "16", "--bottom_mlp_dims", "64-32-16",
-            "--top_mlp_dims", "256-128-1", "--optimizer", "sgd", "--learning_rate", "0.1",
-            "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", str(GLOBAL_BATCH),
-            "--intra_op_threads", str(threads), "--run_dir", tempfile.mkdtemp(prefix="scaling_run_")]
+@dataclass(frozen=True)
+class BenchModel:
+    """One benchmarked model: its dims (main.py flags), tables and global batch."""
+
+    name: str
+    embedding_dim: int
+    bottom_mlp: str
+    top_mlp: str
+    global_batch: int
+    train_rows: int
+    preset: str
+    max_rows: Optional[int] = None
+
+    def cardinalities(self) -> list:
+        from dlrm.data.criteo import preset_cardinalities
+
+        rows = preset_cardinalities(self.preset)
+        return [min(r, self.max_rows) for r in rows] if self.max_rows else list(rows)
+
+
+MODELS = {
+    "tiny": BenchModel("tiny", 16, "64-32-16", "256-128-1", 4096, 65536, "tiny"),
+    "reference": BenchModel("reference", 128, "512-256-128", "1024-1024-512-256-1", 8192, 8 * 8192, "t15",
+                            REFERENCE_MAX_ROWS),
+}
+
+
+def model_flags(dataset: str, threads: int, model: BenchModel) -> list:
+    """`model`'s main.py flags with plain SGD, at its fixed global batch."""
+    return ["--dataset_path", dataset, "--embedding_dim", str(model.embedding_dim),
+            "--bottom_mlp_dims", model.bottom_mlp, "--top_mlp_dims", model.top_mlp, "--optimizer", "sgd",
+            "--learning_rate", "0.1", "--warmup_steps", "0", "--decay_steps", "0",
+            "--global_batch_size", str(model.global_batch), "--intra_op_threads", str(threads),
+            "--run_dir", tempfile.mkdtemp(prefix="scaling_run_")]
 
 
 # -------------------------------------------------------------------------------- timeline
@@ -102,7 +135,7 @@ def collective_seconds(timeline_path: str, begin_us: float, end_us: float) -> di
 
 
 # -------------------------------------------------------------------------------- worker
-def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
+def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float, out: str) -> None:
     import numpy as np
     import tensorflow as tf
 
@@ -112,13 +145,13 @@ def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
     from dlrm.train.step import make_train_step
 
     world = dist.launcher_world().size
-    config = parse_config(model_flags(dataset, threads=2 // world))
+    config = parse_config(model_flags(dataset, 2 // world, model))
     configure_tensorflow(config.train)
     group = dist.start()
     parts = build_parts(config, dataset, group, with_optimizer=True)
     step = make_train_step(parts)
     batches = []
-    for batch in make_reader(parts, "train", GLOBAL_BATCH, partial_batch="drop"):
+    for batch in make_reader(parts, "train", model.global_batch, partial_batch="drop"):
         batches.append((tf.constant(batch.numerical), tf.constant(batch.categorical), tf.constant(batch.label),
                         tf.constant(np.float32(batch.global_rows))))
     for i in range(3):  # warm-up: tracing, first allocations
@@ -140,7 +173,7 @@ def worker(dataset: str, windows: int, window_seconds: float, out: str) -> None:
         ended = time.time()
         steps = steps_per_window
         records.append({"begin_us": began * 1e6, "end_us": ended * 1e6, "steps": steps,
-                        "samples_per_sec": steps * GLOBAL_BATCH / (ended - began)})
+                        "samples_per_sec": steps * model.global_batch / (ended - began)})
     if group.rank == 0:
         plan = parts.plan
         Path(out).write_text(json.dumps({"world_size": group.size, "windows": records,
@@ -154,7 +187,7 @@ def run_world(world: int, dataset: str, args) -> dict:
     timeline = os.path.join(scratch, "timeline.json")
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", HOROVOD_TIMELINE=timeline,
                HOROVOD_STALL_CHECK_TIME_SECONDS="5", HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="30")
-    command = [sys.executable, __file__, "--worker", dataset, "--windows", str(args.windows),
+    command = [sys.executable, __file__, "--worker", dataset, "--model", args.model, "--windows", str(args.windows),
                "--window_seconds", str(args.window_seconds), "--out", out]
     if world > 1:
         command = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(world), "-H",
@@ -188,7 +221,8 @@ def summarise(runs: list) -> list:
 
 def markdown(rows: list, meta: dict) -> str:
     base = rows[0]["samples_per_sec"]
-    lines = [f"Scaling at global batch {GLOBAL_BATCH} ({meta['date']}, {meta['machine']}); "
+    lines = [f"Scaling of the {meta['model']} model at global batch {meta['global_batch']} ({meta['date']}, "
+             f"{meta['machine']}); "
              f"command: `{meta['command']}`", "",
              "| world size | samples/s (median) | vs world 1 | all-to-all share | allreduce share | "
              "any Horovod activity (incl. negotiation) | windows |", "|---|---|---|---|---|---|---|"]
@@ -206,16 +240,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--window_seconds", type=float, default=5.0)
+    parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.windows, args.window_seconds, args.out)
+        worker(args.worker, MODELS[args.model], args.windows, args.window_seconds, args.out)
         return
-    from dlrm.data.criteo import preset_cardinalities
     from dlrm.data.synthetic import generate_dataset
 
+    model = MODELS[args.model]
     dataset = tempfile.mkdtemp(prefix="scaling_data_")
-    generate_dataset(dataset, preset_cardinalities("tiny"), TRAIN_ROWS, 1024, seed=7)
+    generate_dataset(dataset, model.cardinalities(), model.train_rows, 1024, seed=7)
     runs = []
     for _ in range(args.rounds):
         for world in (1, 2):  # alternating, so machine noise hits both alike
@@ -224,11 +259,12 @@ def main() -> None:
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{os.cpu_count()} cores, CPU flags {cpu_flags()}, shared with other jobs",
             "command": "python " + " ".join(["benchmarks/scaling.py", *sys.argv[1:]]),
-            "global_batch": GLOBAL_BATCH}
+            "model": model.name, "global_batch": model.global_batch}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "scaling.json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
+    stem = "scaling" if model.name == "tiny" else f"scaling_{model.name}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
     table = markdown(rows, meta)
-    (RESULTS / "scaling.md").write_text(table)
+    (RESULTS / f"{stem}.md").write_text(table)
     print(table)
 
 

@@ -65,6 +65,7 @@ from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalitie
 from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
 from dlrm.dist import single_process  # noqa: E402
 from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
+from dlrm.features import one_hot_tables  # noqa: E402
 from dlrm.model.dlrm import build_model  # noqa: E402
 from dlrm.model.interaction import reference_dot_interaction  # noqa: E402
 from dlrm.train.build import Parts, configure_tensorflow  # noqa: E402
@@ -327,7 +328,7 @@ def build_candidates(config: Config, args: argparse.Namespace) -> List[Candidate
     """Our four step variants, the Keras baselines and the GEMM ceilings, minus `--skip`."""
     batches = make_batches(args.table_sizes, args.batch_size, count=4)
     print(f"building tables: {sum(args.table_sizes):,} rows x {config.model.embedding_dim}", flush=True)
-    embeddings = LocalEmbedding(args.table_sizes, config.model.embedding_dim, seed=0)  # shared by our variants
+    embeddings = LocalEmbedding(one_hot_tables(args.table_sizes, config.model.embedding_dim), seed=0)  # shared by ours
     candidates = [ours(config, embeddings, batches, amp, xla)
                   for amp, xla in ((False, False), (False, True), (True, False), (True, True))]
     keras_fp32 = keras(config, args.table_sizes, batches, jit_compile=False, policy="float32")

@@ -1,8 +1,9 @@
 """The one interface between the model and its embedding tables.
 
 The model only ever calls `embeddings(ids)` with this rank's local rows of categorical ids
-[B_local, num_tables] int32 and gets vectors [B_local, num_tables, dim] back. A single-process
-implementation (`local.LocalEmbedding`) and the hybrid-parallel twin
+[B_local, total_hotness] int32 (table t in its `id_columns(t)`, -1 padding after a bag's ids) and gets
+one pooled vector per (row, table) back, concatenated in table order: [B_local, total_dim] float32. A
+single-process implementation (`local.LocalEmbedding`) and the hybrid-parallel twin
 (`distributed.DistributedEmbedding`) both implement it, so the model never changes.
 
 Checkpoints see tables as *pieces*: a rectangle (row range x column range) of one table stored by
@@ -18,15 +19,55 @@ from typing import List, Sequence, Tuple
 import tensorflow as tf
 
 from dlrm.embedding.pieces import TablePiece
+from dlrm.features import TableConfig
 
 
 class EmbeddingCollection(tf.keras.layers.Layer):
-    """ids [B, num_tables] int32 -> vectors [B, num_tables, dim] float32."""
+    """ids [B, total_hotness] int32 -> pooled vectors [B, total_dim] float32."""
 
-    def __init__(self, table_sizes: Sequence[int], dim: int, **kwargs):
+    def __init__(self, tables: Sequence[TableConfig], **kwargs):
         super().__init__(**kwargs)
-        self.table_sizes = [int(n) for n in table_sizes]
-        self.dim = int(dim)
+        problems = [problem for table in tables for problem in table.problems()]
+        if not tables or problems:
+            raise ValueError("; ".join(problems) or "an embedding collection needs at least one table")
+        self._table_configs: Tuple[TableConfig, ...] = tuple(tables)
+
+    @property
+    def tables(self) -> Tuple[TableConfig, ...]:
+        """The tables' configurations, in id-column order."""
+        return self._table_configs
+
+    @property
+    def table_sizes(self) -> List[int]:
+        return [t.rows for t in self._table_configs]
+
+    @property
+    def dims(self) -> List[int]:
+        return [t.dim for t in self._table_configs]
+
+    @property
+    def hotness(self) -> List[int]:
+        return [t.hotness for t in self._table_configs]
+
+    @property
+    def total_hotness(self) -> int:
+        return sum(self.hotness)
+
+    @property
+    def total_dim(self) -> int:
+        return sum(self.dims)
+
+    def split_ids(self, ids) -> List[tf.Tensor]:
+        """ids [B, total_hotness] -> one [B, hotness] block per table (a wrong width is refused)."""
+        ids = tf.convert_to_tensor(ids, dtype=tf.int32)
+        if ids.shape.rank != 2 or (ids.shape[1] is not None and ids.shape[1] != self.total_hotness):
+            raise ValueError(f"{type(self).__name__} expects ids of shape [batch, {self.total_hotness}] "
+                             f"(the tables' hotness {self.hotness}), got {ids.shape}")
+        return tf.split(ids, self.hotness, axis=1)
+
+    def full_piece(self, table: int) -> TablePiece:
+        """The whole of table `table` as one piece."""
+        return TablePiece(table, 0, self.tables[table].rows, 0, self.tables[table].dim)
 
     def stored_pieces(self) -> List[Tuple[TablePiece, tf.Variable]]:
         """Pieces this rank writes into a checkpoint (each piece is written by exactly one rank)."""

@@ -1,51 +1,55 @@
-"""Hybrid-parallel embedding tables: pieces sharded over ranks, lookups routed by all-to-all.
+"""Hybrid-parallel embedding tables: pieces sharded over ranks, bags pooled on their owners.
 
-Each rank feeds its own data-parallel rows of ids [B_local, T] (B_local may differ between ranks
-and may be 0) and gets [B_local, T, dim] back, exactly like `LocalEmbedding`. Inside:
+Each rank feeds its own data-parallel rows of ids [B_local, total_hotness] (B_local may differ between
+ranks by one row and may be 0) and gets [B_local, total_dim] back, exactly like `LocalEmbedding`. The
+exchange's shape is static (`dlrm.embedding.exchange`), worked out once from the plan:
 
-1. Routing: for every sharded table and every piece, this rank picks the ids the piece must look up —
-   all of them for a whole table or a column slice, only those inside the row range for a row slice —
-   and queues (piece key on the owner, local row) for the owner. Sends are grouped by owner rank.
-2. One all-to-all of int32 pairs (key, row) to the owners (the process group's `alltoall`, uneven splits).
-3. Each owner gathers its pieces' rows (`tf.gather` on the shard variable: sparse gradients) and lays
-   the vectors out flat, each as wide as its piece (column slices are narrower than whole rows).
-4. One all-to-all of the flat vectors back, in exactly the order the ids were sent.
-5. The requester scatter-adds every vector into its (row, table, column range) slot: column slices
-   re-assemble side by side, and each row-sliced id gets its one partial result from its owner.
-Replicated tables are ordinary data-parallel variables looked up locally.
+1. Requester: for every rank d, one block of ids [B_local, id_width(d)]: the id columns of the tables
+   whose pieces d owns, side by side (static column slices). For a row slice, ids outside its rows
+   become padding (-1) and the others are shifted to the slice's first row.
+2. One all-to-all of the blocks (int32, B_local x id_width(d) to rank d). The owner's received buffer is
+   [sum of the sources' B, id_width(own)] whatever each source's batch slice.
+3. Owner: pools every piece's columns on its shard variable (`dlrm.embedding.pooling`: the same code as
+   `LocalEmbedding`; gathers of the real ids only, so shard gradients are sparse `tf.IndexedSlices`)
+   and returns one vector per (row, piece): [rows, vector_width(own)]. A row slice returns the partial
+   sum of the ids it holds.
+4. One all-to-all back. The requester splits the returned block per piece (static column splits), puts
+   column slices side by side and adds up the partial sums of row slices (a mean divides them by the
+   bag's count, which the requester knows from its own ids: no count travels).
+Replicated tables are ordinary data-parallel variables pooled locally.
 
-Backward is plain autodiff: the gradient of an all-to-all is the reverse all-to-all, so each shard's
-gradient sums the contributions of every rank's loss; the process group's averaging tape then
-divides model-parallel gradients by the world size (docs/architecture.md, "Loss and gradients").
+Backward is plain autodiff: the gradient of an all-to-all is the reverse all-to-all, and splits and
+concatenations turn into each other, so nothing is scattered element by element. Each shard's gradient
+sums the contributions of every rank's loss; the process group's averaging tape divides model-parallel
+gradients by the world size (docs/architecture.md, "Loss and gradients").
 
 Every piece starts with `initial_table_values` of its own rectangle, so the sharded model equals the
 single-process `LocalEmbedding` built with the same seed.
-
-NVIDIA's `distributed_embeddings` package (GPU containers only) offers the same capability on NCCL;
-it is not installable here, so it is not wired in: this layer runs on GPUs through Horovod's NCCL
-all-to-all as well.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
 from dlrm import dist
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
+from dlrm.embedding.blocks import stitch_blocks
+from dlrm.embedding.exchange import Exchange, Route, TableAssembly
 from dlrm.embedding.local import initial_table_values
 from dlrm.embedding.planner import Plan
+from dlrm.embedding.pooling import bag_counts, bag_sums, mean_of, pool
+from dlrm.features import PADDING_ID, TableConfig
 
 
 class DistributedEmbedding(EmbeddingCollection):
     """`EmbeddingCollection` whose tables are placed on ranks according to a planner `Plan`."""
 
-    def __init__(self, plan: Plan, table_sizes: Optional[Sequence[int]] = None, dim: Optional[int] = None,
-                 seed: int = 0, name: str = "embeddings", *, group: dist.ProcessGroup):
-        """`table_sizes` and `dim` default to the plan's; when given they must match it. `group`: the
-        run's process group (its rank decides which pieces live here; its all-to-all routes the ids)."""
-        table_sizes = [t.rows for t in plan.tables] if table_sizes is None else table_sizes
-        super().__init__(table_sizes, plan.tables[0].dim if dim is None else dim, name=name, dtype="float32")
+    def __init__(self, tables: Sequence[TableConfig], plan: Plan, seed: int, name: str = "embeddings", *,
+                 group: dist.ProcessGroup):
+        """`group`: the run's process group (its rank decides which pieces live here; its all-to-all
+        moves the ids and vectors). The plan must be for `group.size` ranks and these tables."""
+        super().__init__(tables, name=name, dtype="float32")
         self.plan = plan
         self.seed = int(seed)
         self.group = group
@@ -53,40 +57,47 @@ class DistributedEmbedding(EmbeddingCollection):
         self.world_size = self.group.size
         self._check_plan()
         self.replicated_tables: Dict[int, tf.Variable] = {}
-        self._shards: List[Tuple[TablePiece, tf.Variable]] = []  # pieces this rank owns alone
-        # routes[d]: (table, piece, key on rank d) for every sharded piece owned by rank d, in plan order.
-        self._routes: List[List[Tuple[int, TablePiece, int]]] = [[] for _ in range(self.world_size)]
-        for placement in plan.tables:
-            t, rows = placement.table, placement.rows
+        self._shards: List[Tuple[TablePiece, tf.Variable]] = []  # pieces this rank owns alone, in plan order
+        sharded: Dict[int, List[Tuple[int, TablePiece]]] = {}
+        for t, (table, placement) in enumerate(zip(self.tables, plan.tables)):
             if placement.kind == "replicated":
                 self.replicated_tables[t] = tf.Variable(
-                    initial_table_values(t, rows, self.dim, self.seed), trainable=True,
+                    initial_table_values(t, table.rows, table.dim, self.seed), trainable=True,
                     dtype=tf.float32, name=f"embedding_table_{t}")
                 continue
-            for owner, piece in placement.pieces:
-                self._routes[owner].append((t, piece, len(self._routes[owner])))
+            sharded[t] = [(owner, piece) for owner, piece in placement.pieces]
+            for owner, piece in sharded[t]:
                 if owner == self.rank:
-                    value = initial_table_values(t, rows, self.dim, self.seed,
-                                                 (piece.row_start, piece.row_end),
-                                                 (piece.col_start, piece.col_end))
-                    variable = tf.Variable(
-                        value, trainable=True, dtype=tf.float32,
-                        name=f"embedding_t{t}_r{piece.row_start}-{piece.row_end}"
-                             f"_c{piece.col_start}-{piece.col_end}")
-                    self._shards.append((piece, variable))
-        self._num_sharded = sum(len(r) for r in self._routes)
-        self._shard_widths = tf.constant([p.col_end - p.col_start for p, _ in self._shards] or [0],
-                                         dtype=tf.int32)
+                    self._shards.append((piece, self._shard_variable(piece)))
+        self.exchange = Exchange(self.tables, sharded, self.world_size)
+
+    def _shard_variable(self, piece: TablePiece) -> tf.Variable:
+        table = self.tables[piece.table]
+        value = initial_table_values(piece.table, table.rows, table.dim, self.seed,
+                                     (piece.row_start, piece.row_end), (piece.col_start, piece.col_end))
+        return tf.Variable(value, trainable=True, dtype=tf.float32,
+                           name=f"embedding_t{piece.table}_r{piece.row_start}-{piece.row_end}"
+                                f"_c{piece.col_start}-{piece.col_end}")
+
+    def _shard_of(self, piece: TablePiece) -> tf.Variable:
+        return next(variable for owned, variable in self._shards if owned == piece)
 
     def _check_plan(self) -> None:
         plan = self.plan
         if plan.world_size != self.world_size:
             raise ValueError(f"the embedding plan is for {plan.world_size} ranks but this job has "
                              f"{self.world_size}; re-plan with world_size={self.world_size}")
-        dims = [t.dim for t in plan.tables]
-        if set(dims) != {self.dim} or [t.rows for t in plan.tables] != self.table_sizes:
-            raise ValueError(f"the embedding plan (dims {dims}, rows {[t.rows for t in plan.tables]}) "
-                             f"does not match the tables (dim {self.dim}, rows {self.table_sizes})")
+        problems = [] if len(plan.tables) == len(self.tables) else [
+            f"{len(plan.tables)} tables planned, {len(self.tables)} given"]
+        for t, (table, placement) in enumerate(zip(self.tables, plan.tables)):
+            pieces = [piece for _, piece in placement.pieces]
+            outside = [p for p in pieces if p.table != t or p.row_end > table.rows or p.col_end > table.dim]
+            area = sum(p.shape[0] * p.shape[1] for p in pieces)
+            if outside or (placement.kind != "replicated" and area != table.rows * table.dim):
+                problems.append(f"table {t} ({table.name!r}, {table.rows} rows x {table.dim}) has pieces "
+                                f"{[(p.row_start, p.row_end, p.col_start, p.col_end) for p in pieces]}")
+        if problems:
+            raise ValueError(f"the embedding plan does not match the tables: {'; '.join(problems)}")
 
     # -- EmbeddingCollection interface ------------------------------------------------------------
     @property
@@ -105,91 +116,130 @@ class DistributedEmbedding(EmbeddingCollection):
         return sorted(pieces, key=lambda item: (item[0].table, item[0].row_start, item[0].col_start))
 
     def _replicated_pieces(self) -> List[Tuple[TablePiece, tf.Variable]]:
-        return [(TablePiece(t, 0, self.table_sizes[t], 0, self.dim), variable)
-                for t, variable in self.replicated_tables.items()]
+        return [(self.full_piece(t), variable) for t, variable in self.replicated_tables.items()]
 
     # -- forward ----------------------------------------------------------------------------------
     def call(self, ids):
-        ids = tf.convert_to_tensor(ids, dtype=tf.int32)
-        num_tables = len(self.table_sizes)
-        if ids.shape.rank != 2 or (ids.shape[1] is not None and ids.shape[1] != num_tables):
-            raise ValueError(f"DistributedEmbedding expects ids of shape [batch, {num_tables}], "
-                             f"got {ids.shape}")
-        self._check_ids(ids)
-        batch = tf.shape(ids)[0]
-        # Replicated lookups first and in fixed name scopes: inside tf.function, Horovod names the
-        # allreduce of their gradients after the gradient tensors' op names, which must therefore be
-        # the same on every rank, whatever shards each rank holds.
+        bags = self.split_ids(ids)
+        self._check_ids(tf.concat(bags, axis=1))
         replicated = {}
-        for t, table in self.replicated_tables.items():
+        # Replicated lookups first and in fixed name scopes: inside tf.function, Horovod names the
+        # allgather of their gradients after the gradient tensors' op names, which must therefore be
+        # the same on every rank, whatever shards each rank holds.
+        for t, variable in self.replicated_tables.items():
             with tf.name_scope(f"replicated_table_{t}"):
-                replicated[t] = tf.gather(table, ids[:, t])
-        if not self._num_sharded:
-            return tf.stack([replicated[t] for t in range(num_tables)], axis=1)
-        sharded = self._sharded_lookup(ids, batch)
-        if not replicated:
-            return sharded
-        columns = [replicated[t] if t in replicated else sharded[:, t, :] for t in range(num_tables)]
-        return tf.stack(columns, axis=1)
+                table = self.tables[t]
+                replicated[t] = pool(variable, bags[t], table.combiner, table.multi_hot)
+        if not self.exchange.returned_order:
+            return tf.concat([replicated[t] for t in range(len(self.tables))], axis=1)
+        return self._sharded_lookup(bags, replicated)
 
     def _check_ids(self, ids) -> None:
         """Out-of-range ids would fail on the owner rank with a confusing error: stop them here."""
-        limits = tf.constant(self.table_sizes, dtype=tf.int32)
-        bad = tf.logical_or(ids < 0, ids >= limits[None, :])
-        bad_tables = tf.where(tf.reduce_any(bad, axis=0))[:, 0]
+        column_table = [t for t, table in enumerate(self.tables) for _ in range(table.hotness)]
+        high = tf.constant([self.tables[t].rows for t in column_table], dtype=tf.int32)
+        low = tf.constant([PADDING_ID if self.tables[t].multi_hot else 0 for t in column_table], tf.int32)
+        bad = tf.reduce_any(tf.logical_or(ids < low[None, :], ids >= high[None, :]), axis=0)
+        bad_tables = tf.gather(tf.constant(column_table, tf.int32), tf.where(bad)[:, 0])
         tf.debugging.Assert(
             tf.equal(tf.size(bad_tables), 0),
-            [f"categorical ids out of range on rank {self.rank} (table sizes {self.table_sizes}); "
-             f"offending table indices:", bad_tables])
+            [f"categorical ids out of range on rank {self.rank} (tables {[t.name for t in self.tables]}, "
+             f"rows {self.table_sizes}); offending table indices:", bad_tables])
 
-    def _sharded_lookup(self, ids, batch):
-        num_tables, dim = len(self.table_sizes), self.dim
-        send_pairs, send_positions, send_counts = [], [], []
-        for routes in self._routes:
-            count = tf.constant(0, tf.int32)
-            for t, piece, key in routes:
-                column = ids[:, t]
-                if piece.row_start > 0 or piece.row_end < self.table_sizes[t]:
-                    inside = tf.logical_and(column >= piece.row_start, column < piece.row_end)
-                    samples = tf.cast(tf.where(inside)[:, 0], tf.int32)
-                    rows = tf.gather(column, samples) - piece.row_start
-                else:
-                    samples = tf.range(batch, dtype=tf.int32)
-                    rows = column
-                n = tf.shape(samples)[0]
-                send_pairs.append(tf.stack([tf.fill([n], key), rows], axis=1))
-                # Where each returned value goes in the flat [batch, T, dim] output.
-                start = (tf.cast(samples, tf.int64) * num_tables + t) * dim + piece.col_start
-                width = piece.col_end - piece.col_start
-                send_positions.append(tf.reshape(
-                    start[:, None] + tf.range(width, dtype=tf.int64)[None, :], [-1]))
-                count += n
-            send_counts.append(count)
-        received, received_splits = self.group.alltoall(
-            tf.concat(send_pairs, axis=0), tf.stack(send_counts), name=f"{self.name}_ids")
-        vectors = self._owner_lookup(received, received_splits)
-        returned, _ = self.group.alltoall(vectors[0], vectors[1], name=f"{self.name}_vectors")
-        flat = tf.math.unsorted_segment_sum(
-            returned, tf.concat(send_positions, axis=0),
-            tf.cast(batch, tf.int64) * num_tables * dim)
-        return tf.reshape(flat, [batch, num_tables, dim])
+    def _sharded_lookup(self, bags: List[tf.Tensor], replicated: Dict[int, tf.Tensor]) -> tf.Tensor:
+        """The output [B_local, total_dim]: sharded tables through the two all-to-alls, plus `replicated`."""
+        exchange, world = self.exchange, self.world_size
+        batch = tf.shape(bags[0])[0]
+        id_widths = tf.constant([exchange.id_width(d) for d in range(world)], tf.int32)
+        send = tf.concat([self._ids_for(bags, exchange.routes[d]) for d in range(world)], axis=0)
+        received, received_splits = self.group.alltoall(send, batch * id_widths, name=f"{self.name}_ids")
+        own_ids, own_width = exchange.id_width(self.rank), exchange.vector_width(self.rank)
+        return_splits = (received_splits // own_ids * own_width if own_ids
+                         else tf.zeros([world], tf.int32))
+        returned, _ = self.group.alltoall(self._owner_pool(received), return_splits,
+                                          name=f"{self.name}_vectors")
+        blocks = tf.reshape(returned, [-1, exchange.block])
+        positions, partials = self._returned_positions(batch)
+        indices, data = [positions], [blocks]
+        extras = {(t, 0): vectors for t, vectors in replicated.items()}
+        for t, assembly in exchange.assembly.items():
+            extras.update(self._row_sliced_sums(assembly, blocks, partials, bags[t]))
+        row = tf.range(batch)[:, None]
+        for (table, col_start), vectors in extras.items():
+            first = exchange.output_block(table, col_start)
+            width = vectors.shape[1] // exchange.block
+            indices.append(tf.reshape(row * exchange.output_blocks + tf.range(first, first + width)[None, :], [-1]))
+            data.append(tf.reshape(vectors, [-1, exchange.block]))
+        out = stitch_blocks(indices, data, batch * exchange.output_blocks, overflow=exchange.partial_blocks > 0)
+        return tf.reshape(out, [batch, sum(self.dims)])
 
-    def _owner_lookup(self, received, received_splits):
-        """Owner side: look up every received (key, row) pair; return flat vectors and their splits."""
-        keys, rows = received[:, 0], received[:, 1]
-        widths = tf.gather(self._shard_widths, keys)
-        offsets = tf.cumsum(widths, exclusive=True)
-        values, slots = [tf.zeros([0], tf.float32)], [tf.zeros([0], tf.int32)]
-        # One pass splits the received positions by shard key (order kept within each shard).
-        by_shard = (tf.dynamic_partition(tf.range(tf.shape(keys)[0]), keys, len(self._shards))
-                    if self._shards else [])
-        for (piece, variable), mine in zip(self._shards, by_shard):
-            found = tf.gather(variable, tf.gather(rows, mine))  # sparse gradient on the shard
+    def _returned_positions(self, batch) -> Tuple[tf.Tensor, Dict[int, tf.Tensor]]:
+        """(where each returned block goes: its output block, or an overflow slot past the output for a row
+        slice's; {index in returned_order: positions in the returned blocks of that row slice's vectors})."""
+        exchange = self.exchange
+        row = tf.range(batch)[:, None]
+        overflow_start = batch * exchange.output_blocks
+        positions, partials = [], {}
+        start, index = tf.constant(0, tf.int32), 0
+        for d in range(self.world_size):
+            targets, slots = exchange.returned_targets(d)
+            if not targets:
+                continue
+            slot = tf.constant(slots, tf.int32)[None, :]
+            place = tf.where(slot >= 0, overflow_start + row * exchange.partial_blocks + slot,
+                             row * exchange.output_blocks + tf.constant(targets, tf.int32)[None, :])
+            positions.append(tf.reshape(place, [-1]))
+            mine = start + row * len(targets) + tf.range(len(targets))[None, :]  # [B, blocks of rank d]
+            first = 0
+            for route in exchange.routes[d]:
+                width = route.width // exchange.block
+                if route.row_slice:
+                    partials[index] = tf.reshape(mine[:, first:first + width], [-1])
+                first, index = first + width, index + 1
+            start += batch * len(targets)
+        return tf.concat(positions, axis=0), partials
+
+    def _row_sliced_sums(self, assembly: TableAssembly, blocks, partials: Dict[int, tf.Tensor], bag
+                         ) -> Dict[Tuple[int, int], tf.Tensor]:
+        """{(table, first column): pooled vectors} of a table's row-sliced column ranges: the partial sums
+        of its row slices added up (divided by the bag's count for a mean)."""
+        table = self.tables[assembly.table]
+        pooled = {}
+        for group in assembly.column_groups:
+            if group[0] not in partials:
+                continue  # a whole-row piece: its blocks go straight to the output
+            piece = self.exchange.returned_order[group[0]].piece
             width = piece.col_end - piece.col_start
-            values.append(tf.reshape(found, [-1]))
-            slots.append(tf.reshape(tf.gather(offsets, mine)[:, None] + tf.range(width)[None, :], [-1]))
-        total = tf.reduce_sum(widths)
-        flat = tf.math.unsorted_segment_sum(tf.concat(values, 0), tf.concat(slots, 0), total)
-        source = tf.repeat(tf.range(self.world_size), received_splits)
-        return_splits = tf.math.unsorted_segment_sum(widths, source, self.world_size)
-        return flat, return_splits
+            parts = [tf.reshape(tf.gather(blocks, partials[i]), [-1, width]) for i in group]
+            summed = parts[0] if len(parts) == 1 else tf.add_n(parts)
+            if table.multi_hot and table.combiner == "mean":
+                summed = mean_of(summed, bag_counts(bag))
+            pooled[(assembly.table, piece.col_start)] = summed
+        return pooled
+
+    @staticmethod
+    def _ids_for(bags: List[tf.Tensor], routes: List[Route]) -> tf.Tensor:
+        """The flat [B_local x id_width] block of ids one owner receives from this rank."""
+        if not routes:
+            return tf.zeros([0], tf.int32)
+        columns = []
+        for route in routes:
+            bag = bags[route.table]
+            if route.row_slice:
+                start, end = route.piece.row_start, route.piece.row_end
+                bag = tf.where(tf.logical_and(bag >= start, bag < end), bag - start, PADDING_ID)
+            columns.append(bag)
+        return tf.reshape(tf.concat(columns, axis=1), [-1])
+
+    def _owner_pool(self, received) -> tf.Tensor:
+        """Owner side: pool the received bags of every piece it owns; flat [rows x vector_width]."""
+        routes = self.exchange.routes[self.rank]
+        if not routes:
+            return tf.zeros([0], tf.float32)
+        block = tf.reshape(received, [-1, self.exchange.id_width(self.rank)])
+        vectors = []
+        for route, bag in zip(routes, tf.split(block, [route.hotness for route in routes], axis=1)):
+            table, variable = self.tables[route.table], self._shard_of(route.piece)
+            vectors.append(bag_sums(variable, bag) if route.row_slice
+                           else pool(variable, bag, table.combiner, table.multi_hot))
+        return tf.reshape(tf.concat(vectors, axis=1), [-1])

@@ -15,6 +15,8 @@ import numpy as np
 import tensorflow as tf
 
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
+from dlrm.embedding.pooling import pool
+from dlrm.features import TableConfig
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -84,38 +86,31 @@ def initial_table_values(
 
 
 class LocalEmbedding(EmbeddingCollection):
-    """All tables in this process; lookups are `tf.gather`, so gradients are `tf.IndexedSlices`.
+    """All tables in this process; lookups are gathers, so gradients are `tf.IndexedSlices`.
 
-    Tables are always float32 (also under mixed precision): the model casts the looked-up vectors
-    to its compute dtype. With one process every table is data-parallel in the trivial sense, so
+    Tables are always float32 (also under mixed precision): the model casts the pooled vectors to
+    its compute dtype. With one process every table is data-parallel in the trivial sense, so
     `model_parallel_variables` is empty.
     """
 
-    def __init__(self, table_sizes: Sequence[int], dim: int, seed: int, name: str = "embeddings"):
-        super().__init__(table_sizes, dim, name=name, dtype="float32")
+    def __init__(self, tables: Sequence[TableConfig], seed: int, name: str = "embeddings"):
+        super().__init__(tables, name=name, dtype="float32")
         self.seed = int(seed)
-        self.tables: List[tf.Variable] = [
+        self.table_variables: List[tf.Variable] = [
             tf.Variable(
-                initial_table_values(t, rows, self.dim, self.seed),
+                initial_table_values(t, table.rows, table.dim, self.seed),
                 trainable=True,
                 dtype=tf.float32,
                 name=f"embedding_table_{t}",
             )
-            for t, rows in enumerate(self.table_sizes)
+            for t, table in enumerate(self.tables)
         ]
 
     def call(self, ids):
-        ids = tf.convert_to_tensor(ids)
-        num_tables = len(self.tables)
-        if ids.shape.rank != 2 or (ids.shape[1] is not None and ids.shape[1] != num_tables):
-            raise ValueError(
-                f"LocalEmbedding expects ids of shape [batch, {num_tables}], got {ids.shape}"
-            )
-        vectors = [tf.gather(table, ids[:, t]) for t, table in enumerate(self.tables)]
-        return tf.stack(vectors, axis=1)
+        bags = self.split_ids(ids)
+        vectors = [pool(variable, bag, table.combiner, table.multi_hot)
+                   for variable, bag, table in zip(self.table_variables, bags, self.tables)]
+        return tf.concat(vectors, axis=1)
 
     def stored_pieces(self) -> List[Tuple[TablePiece, tf.Variable]]:
-        return [
-            (TablePiece(t, 0, rows, 0, self.dim), table)
-            for t, (rows, table) in enumerate(zip(self.table_sizes, self.tables))
-        ]
+        return [(self.full_piece(t), variable) for t, variable in enumerate(self.table_variables)]

@@ -28,14 +28,14 @@ class RecommenderModel(tf.keras.Model):
         super().__init__(name=f"{model_cfg.arch}_model", dtype="float32")
         if model_cfg.problems():
             raise ValueError("; ".join(model_cfg.problems()))
-        if embeddings.dim != model_cfg.embedding_dim:
+        if embeddings.dims[0] != model_cfg.embedding_dim:
             raise ValueError(
-                f"embedding dim {embeddings.dim} differs from ModelConfig.embedding_dim "
+                f"embedding dim {embeddings.dims[0]} differs from ModelConfig.embedding_dim "
                 f"{model_cfg.embedding_dim}"
             )
         self.arch = model_cfg.arch
         self.num_tables = len(embeddings.table_sizes)
-        self.dim = embeddings.dim
+        self.dim = embeddings.dims[0]
         self.dense_dtype = compute_dtype(amp)
         policy = keras_policy(amp)
         seed = int(model_cfg.seed)
@@ -79,7 +79,7 @@ class RecommenderModel(tf.keras.Model):
                 tf.TensorSpec([None, self.num_tables], tf.int32)]
 
     def call(self, numerical, categorical, training=False):
-        embedded = self.embeddings(categorical)
+        embedded = tf.reshape(self.embeddings(categorical), [-1, self.num_tables, self.dim])
         return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded)
 
     @property

@@ -61,8 +61,9 @@ def build_embeddings(config: Config, table_sizes: Sequence[int],
                            if config.train.mode == "train" else 0)  # eval and inference hold no slots
     check_plan_fits_machine(plan, group)
     if group.size == 1:
-        return LocalEmbedding(table_sizes, config.model.embedding_dim, seed=config.model.seed), None
-    return DistributedEmbedding(plan, seed=config.model.seed, group=group), plan
+        return LocalEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), seed=config.model.seed), None
+    return DistributedEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), plan, seed=config.model.seed,
+                                group=group), plan
 
 
 @dataclass

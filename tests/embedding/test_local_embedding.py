@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from dlrm.embedding.base import TablePiece
 from dlrm.embedding.local import LocalEmbedding, initial_table_values
+from dlrm.features import TableConfig, one_hot_tables
 
 
 @pytest.mark.parametrize("row_range,col_range", [
@@ -58,29 +59,67 @@ def test_slice_outside_the_table_is_an_error():
 
 def test_lookup_returns_the_initial_rows_and_handles_an_empty_batch():
     sizes, dim = [5, 3, 8], 4
-    emb = LocalEmbedding(sizes, dim, seed=7)
+    emb = LocalEmbedding(one_hot_tables(sizes, dim), seed=7)
     ids = np.array([[0, 2, 7], [4, 0, 0], [4, 1, 3]], dtype=np.int32)
     out = emb(tf.constant(ids)).numpy()
-    assert out.shape == (3, 3, dim) and out.dtype == np.float32
+    assert out.shape == (3, 3 * dim) and out.dtype == np.float32
     for t, rows in enumerate(sizes):
-        np.testing.assert_array_equal(out[:, t, :], initial_table_values(t, rows, dim, 7)[ids[:, t]])
-    assert emb(tf.zeros([0, 3], tf.int32)).shape == (0, 3, dim)
+        np.testing.assert_array_equal(out[:, t * dim:(t + 1) * dim], initial_table_values(t, rows, dim, 7)[ids[:, t]])
+    assert emb(tf.zeros([0, 3], tf.int32)).shape == (0, 3 * dim)
+
+
+# A one-hot table, a sum bag and a mean bag of different dims: ids [B, 1 + 3 + 2], vectors [B, 2 + 3 + 4].
+BAGS = (TableConfig("one", 6, 2), TableConfig("summed", 9, 3, hotness=3, combiner="sum", multi_hot=True),
+        TableConfig("averaged", 7, 4, hotness=2, combiner="mean", multi_hot=True))
+BAG_IDS = np.array([[5, 8, 1, 1, 6, 0],     # full bags, a repeated id
+                    [0, 2, -1, -1, 3, -1],  # one real id each
+                    [1, -1, -1, -1, -1, -1]], dtype=np.int32)  # empty bags
+
+
+def test_bags_are_summed_or_averaged_with_padding_masked_and_empty_bags_zero():
+    emb = LocalEmbedding(BAGS, seed=3)
+    out = emb(tf.constant(BAG_IDS)).numpy()
+    assert out.shape == (3, 9)
+    one, summed, averaged = (initial_table_values(t, b.rows, b.dim, 3) for t, b in enumerate(BAGS))
+    want = np.zeros((3, 9), np.float32)
+    want[:, :2] = one[BAG_IDS[:, 0]]
+    want[0, 2:5] = summed[8] + 2 * summed[1]
+    want[1, 2:5] = summed[2]
+    want[0, 5:] = (averaged[6] + averaged[0]) / 2
+    want[1, 5:] = averaged[3]
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
+    assert not out[2, 2:].any()  # empty bags give zero vectors
+
+
+def test_padding_produces_no_gradient_rows():
+    emb = LocalEmbedding(BAGS, seed=3)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(emb(tf.constant(BAG_IDS)) ** 2)
+    grads = tape.gradient(loss, emb.table_variables)
+    assert all(isinstance(g, tf.IndexedSlices) for g in grads)
+    assert sorted(grads[1].indices.numpy().tolist()) == [1, 1, 2, 8]  # the real ids, once per occurrence
+    assert sorted(grads[2].indices.numpy().tolist()) == [0, 3, 6]
+    dense = tf.convert_to_tensor(grads[2]).numpy()
+    # d(sum of squares of the mean)/d(row) = 2 * mean / count for each id of the bag
+    mean = (initial_table_values(2, 7, 4, 3)[6] + initial_table_values(2, 7, 4, 3)[0]) / 2
+    np.testing.assert_allclose(dense[6], mean, rtol=1e-5)
 
 
 def test_gradients_are_sparse_and_pieces_cover_each_table():
-    emb = LocalEmbedding([6, 9], 2, seed=0)
+    emb = LocalEmbedding(one_hot_tables([6, 9], 2), seed=0)
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(emb(tf.constant([[1, 2], [1, 8]], tf.int32)))
-    grads = tape.gradient(loss, emb.tables)
+    grads = tape.gradient(loss, emb.table_variables)
     assert all(isinstance(g, tf.IndexedSlices) for g in grads)
     assert sorted(grads[0].indices.numpy().tolist()) == [1, 1]
     assert [p for p, _ in emb.stored_pieces()] == [TablePiece(0, 0, 6, 0, 2), TablePiece(1, 0, 9, 0, 2)]
     assert emb.held_pieces() == emb.stored_pieces()
     assert emb.model_parallel_variables == []
     assert [v.name for v in emb.trainable_variables] == ["embedding_table_0:0", "embedding_table_1:0"]
+    assert emb.table_sizes == [6, 9] and emb.dims == [2, 2] and [t.name for t in emb.tables] == ["cat_0", "cat_1"]
 
 
 def test_wrong_number_of_id_columns_is_an_error():
-    emb = LocalEmbedding([6, 9], 2, seed=0)
-    with pytest.raises(ValueError, match=r"\[batch, 2\]"):
+    emb = LocalEmbedding(BAGS, seed=0)
+    with pytest.raises(ValueError, match=r"\[batch, 6\] \(the tables' hotness \[1, 3, 2\]\)"):
         emb(tf.zeros([4, 3], tf.int32))

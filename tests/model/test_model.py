@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
+from dlrm.features import one_hot_tables
 from dlrm.model.dcnv2 import LowRankCrossNetwork
 from dlrm.model.dlrm import build_model
 from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, reference_dot_interaction
@@ -125,7 +126,7 @@ def test_mlp_values_and_gradients_match_its_dense_layers_under_autodiff(policy, 
 
 @pytest.mark.parametrize("arch", ["dlrm", "dcnv2"])
 def test_model_gives_one_float32_logit_per_row_and_handles_empty_batches(arch):
-    model = build_model(tiny_config(arch), LocalEmbedding(SIZES, DIM, seed=0))
+    model = build_model(tiny_config(arch), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
     logits = model(*tiny_batch(5))
     assert logits.shape == (5,) and logits.dtype == tf.float32
     assert np.isfinite(logits.numpy()).all()
@@ -141,7 +142,7 @@ def test_model_gives_one_float32_logit_per_row_and_handles_empty_batches(arch):
 
 
 def test_dcnv2_parameter_shapes():
-    model = build_model(tiny_config("dcnv2"), LocalEmbedding(SIZES, DIM, seed=0))
+    model = build_model(tiny_config("dcnv2"), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
     cross_in = DIM + len(SIZES) * DIM
     assert [layer.kernel.shape for layer in model.cross.down] == [(cross_in, 4)] * 3
     assert [layer.kernel.shape for layer in model.cross.up] == [(4, cross_in)] * 3
@@ -149,13 +150,13 @@ def test_dcnv2_parameter_shapes():
 
 
 def test_same_seed_same_model_and_unique_variable_names():
-    a = build_model(tiny_config(seed=5), LocalEmbedding(SIZES, DIM, seed=5))
-    b = build_model(tiny_config(seed=5), LocalEmbedding(SIZES, DIM, seed=5))
+    a = build_model(tiny_config(seed=5), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=5))
+    b = build_model(tiny_config(seed=5), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=5))
     for va, vb in zip(a.trainable_variables, b.trainable_variables):
         np.testing.assert_array_equal(va.numpy(), vb.numpy())
     names = [v.name for v in a.trainable_variables]
     assert len(set(names)) == len(names), names
-    c = build_model(tiny_config(seed=6), LocalEmbedding(SIZES, DIM, seed=6))
+    c = build_model(tiny_config(seed=6), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=6))
     assert not np.array_equal(a.top_mlp.dense_layers[0].kernel.numpy(),
                               c.top_mlp.dense_layers[0].kernel.numpy())
 
@@ -163,8 +164,8 @@ def test_same_seed_same_model_and_unique_variable_names():
 @pytest.mark.parametrize("arch", ["dlrm", "dcnv2"])
 @pytest.mark.parametrize("amp,xla", [(False, True), (True, False), (True, True)])
 def test_amp_and_xla_variants_match_float32(arch, amp, xla):
-    reference = build_model(tiny_config(arch), LocalEmbedding(SIZES, DIM, seed=0))
-    variant = build_model(tiny_config(arch), LocalEmbedding(SIZES, DIM, seed=0), amp=amp, xla=xla)
+    reference = build_model(tiny_config(arch), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
+    variant = build_model(tiny_config(arch), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0), amp=amp, xla=xla)
     batch = tiny_batch(6)
     expected = reference(*batch).numpy()
     with tf.GradientTape() as tape:
@@ -173,7 +174,7 @@ def test_amp_and_xla_variants_match_float32(arch, amp, xla):
     np.testing.assert_allclose(logits.numpy(), expected, rtol=0.05 if amp else 1e-4,
                                atol=0.05 if amp else 1e-5)
     grads = tape.gradient(logits, variant.trainable_variables)
-    for table, grad in zip(variant.embeddings.tables, grads):
+    for table, grad in zip(variant.embeddings.table_variables, grads):
         assert isinstance(grad, tf.IndexedSlices) and grad.values.dtype == tf.float32
     assert all(v.dtype == tf.float32 for v in variant.trainable_variables)
     assert variant(*tiny_batch(0)).shape == (0,)
@@ -183,12 +184,12 @@ def test_dense_variables_exclude_model_parallel_embedding_variables():
     class ShardedLike(LocalEmbedding):
         @property
         def model_parallel_variables(self):
-            return self.tables[:2]
+            return self.table_variables[:2]
 
-    model = build_model(tiny_config(), ShardedLike(SIZES, DIM, seed=0))
+    model = build_model(tiny_config(), ShardedLike(one_hot_tables(SIZES, DIM), seed=0))
     dense = {v.ref() for v in model.dense_variables}
-    assert all(t.ref() not in dense for t in model.embeddings.tables[:2])
-    assert all(t.ref() in dense for t in model.embeddings.tables[2:])
+    assert all(t.ref() not in dense for t in model.embeddings.table_variables[:2])
+    assert all(t.ref() in dense for t in model.embeddings.table_variables[2:])
     assert len(model.dense_variables) == len(model.trainable_variables) - 2
     assert len(model.embedding_variables) == len(SIZES)
 
@@ -196,12 +197,12 @@ def test_dense_variables_exclude_model_parallel_embedding_variables():
 def test_configuration_errors_are_explained():
     with pytest.raises(ValueError, match="bottom MLP .* to end in the embedding dim"):
         build_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(16, 4), top_mlp=(8, 1)),
-                    LocalEmbedding(SIZES, DIM, seed=0))
+                    LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
     with pytest.raises(ValueError, match="arch"):
-        build_model(ModelConfig(arch="wide", embedding_dim=DIM), LocalEmbedding(SIZES, DIM, seed=0))
+        build_model(ModelConfig(arch="wide", embedding_dim=DIM), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
     with pytest.raises(ValueError, match="1 unit"):
         build_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(DIM,), top_mlp=(8, 2)),
-                    LocalEmbedding(SIZES, DIM, seed=0))
+                    LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
 
 
 def test_amp_computes_in_bfloat16_on_cpu_with_float32_variables():
@@ -211,8 +212,8 @@ def test_amp_computes_in_bfloat16_on_cpu_with_float32_variables():
     assert compute_dtype(False) == tf.float32 and keras_policy(False) == "float32"
     assert compute_dtype(True) == tf.bfloat16 and keras_policy(True) == "mixed_bfloat16"
     assert not needs_loss_scaling(True) and not needs_loss_scaling(False)
-    model = build_model(tiny_config(), LocalEmbedding(SIZES, DIM, seed=0), amp=True)
+    model = build_model(tiny_config(), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0), amp=True)
     assert model.dense_dtype == tf.bfloat16
     assert model.top_mlp.dense_layers[0].compute_dtype == "bfloat16"
     assert model.top_mlp.dense_layers[0].kernel.dtype == tf.float32
-    assert all(t.dtype == tf.float32 for t in model.embeddings.tables)
+    assert all(t.dtype == tf.float32 for t in model.embeddings.table_variables)

@@ -170,3 +170,55 @@ def repro_single() -> str:
         run_single(without_rank_memory(repro_command(base)), timeout=180).check()
         return base
     return memoised(("repro", 1, "single"), go)
+
+
+# ---------------------------------------------------------------- hand-built plans for the layer tests
+def hand_plan(tables, world: int, kinds: list):
+    """A Plan placing `tables` (TableConfigs) on `world` ranks with the given kind per table, built by hand.
+
+    row_sliced: `world` contiguous row ranges of unequal size; column_sliced: min(world, dim) column ranges;
+    table_wise: the whole table on rank t % world; replicated: a full copy on every rank. Pieces of table t
+    start at rank t % world, so every rank owns some of each sliced kind.
+    """
+    from dlrm.embedding.pieces import TablePiece
+    from dlrm.embedding.planner import OwnedPiece, Plan, RankLoad, TablePlacement
+
+    placements = []
+    for t, (table, kind) in enumerate(zip(tables, kinds)):
+        if kind == "replicated":
+            pieces = [OwnedPiece(r, TablePiece(t, 0, table.rows, 0, table.dim)) for r in range(world)]
+        elif kind == "table_wise":
+            pieces = [OwnedPiece(t % world, TablePiece(t, 0, table.rows, 0, table.dim))]
+        elif kind == "row_sliced":
+            cuts = _cuts(table.rows, world)
+            pieces = [OwnedPiece((t + i) % world, TablePiece(t, a, b, 0, table.dim)) for i, (a, b) in enumerate(cuts)]
+        else:
+            cuts = _cuts(table.dim, min(world, table.dim))
+            pieces = [OwnedPiece((t + i) % world, TablePiece(t, 0, table.rows, a, b)) for i, (a, b) in enumerate(cuts)]
+        placements.append(_dataclass(TablePlacement, table=t, rows=table.rows, kind=kind, pieces=pieces,
+                                     lookups_per_sample=float(table.hotness), name=table.name, dim=table.dim,
+                                     hotness=table.hotness))
+    return _dataclass(Plan, world_size=world, dim=tables[0].dim, strategy="by_hand", bytes_per_element=4,
+                      optimizer_slots=0, tables=placements, ranks=[RankLoad(r) for r in range(world)])
+
+
+def _cuts(size: int, parts: int) -> list:
+    """`parts` contiguous ranges of [0, size), the first one a third larger than the others (unequal)."""
+    if parts == 1:
+        return [(0, size)]
+    first = max(1, min(size - parts + 1, (size * 4) // (3 * parts + 1)))
+    rest = _even_cuts(size - first, parts - 1)
+    return [(0, first)] + [(first + a, first + b) for a, b in rest]
+
+
+def _even_cuts(size: int, parts: int) -> list:
+    bounds = [size * i // parts for i in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _dataclass(cls, **fields):
+    """`cls(**fields)` with only the fields `cls` has (Plan/TablePlacement before and after per-table dims)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in names})

@@ -6,6 +6,7 @@ import pytest
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
+from dlrm.features import one_hot_tables
 from dlrm.metrics import exact_auc, log_loss_from_logits
 from dlrm.model.dlrm import build_model
 from dlrm.train.evaluation import predict_batches
@@ -58,7 +59,7 @@ Batch = namedtuple("Batch", "numerical categorical label global_rows")
 def test_predict_batches_collects_every_row_including_empty_batches():
     sizes = [4, 6]
     model = build_model(ModelConfig(embedding_dim=4, bottom_mlp=(8, 4), top_mlp=(8, 1)),
-                        LocalEmbedding(sizes, 4, seed=0))
+                        LocalEmbedding(one_hot_tables(sizes, 4), seed=0))
     rng = np.random.default_rng(0)
     batches = []
     for b in (5, 0, 3):
