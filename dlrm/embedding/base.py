@@ -1,7 +1,8 @@
 """The one interface between the model and its embedding tables.
 
 The model only ever calls `embeddings(ids)` with this rank's local rows of categorical ids
-[B_local, num_tables] int32 and gets vectors [B_local, num_tables, dim] back. A single-process
+[B_local, total_hotness] int32 and gets the tables' vectors concatenated [B_local, total_dim] back
+(table t at `FeatureContract.vector_columns(t)`). A single-process
 implementation (`local.LocalEmbedding`) and the hybrid-parallel twin
 (`distributed.DistributedEmbedding`) both implement it, so the model never changes.
 
@@ -18,15 +19,27 @@ from typing import List, Sequence, Tuple
 import tensorflow as tf
 
 from dlrm.embedding.pieces import TablePiece
+from dlrm.features import TableConfig
 
 
 class EmbeddingCollection(tf.keras.layers.Layer):
-    """ids [B, num_tables] int32 -> vectors [B, num_tables, dim] float32."""
+    """ids [B, total_hotness] int32 -> vectors [B, total_dim] float32."""
 
-    def __init__(self, table_sizes: Sequence[int], dim: int, **kwargs):
+    def __init__(self, tables: Sequence[TableConfig], **kwargs):
         super().__init__(**kwargs)
-        self.table_sizes = [int(n) for n in table_sizes]
-        self.dim = int(dim)
+        self._table_configs = tuple(tables)
+
+    @property
+    def tables(self) -> Tuple[TableConfig, ...]:
+        return self._table_configs
+
+    @property
+    def table_sizes(self) -> List[int]:
+        return [t.rows for t in self.tables]
+
+    @property
+    def dims(self) -> List[int]:
+        return [t.dim for t in self.tables]
 
     def stored_pieces(self) -> List[Tuple[TablePiece, tf.Variable]]:
         """Pieces this rank writes into a checkpoint (each piece is written by exactly one rank)."""

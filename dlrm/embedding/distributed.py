@@ -27,7 +27,7 @@ all-to-all as well.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -35,17 +35,18 @@ from dlrm import dist
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
 from dlrm.embedding.local import initial_table_values
 from dlrm.embedding.planner import Plan
+from dlrm.features import TableConfig
 
 
 class DistributedEmbedding(EmbeddingCollection):
     """`EmbeddingCollection` whose tables are placed on ranks according to a planner `Plan`."""
 
-    def __init__(self, plan: Plan, table_sizes: Optional[Sequence[int]] = None, dim: Optional[int] = None,
-                 seed: int = 0, name: str = "embeddings", *, group: dist.ProcessGroup):
-        """`table_sizes` and `dim` default to the plan's; when given they must match it. `group`: the
-        run's process group (its rank decides which pieces live here; its all-to-all routes the ids)."""
-        table_sizes = [t.rows for t in plan.tables] if table_sizes is None else table_sizes
-        super().__init__(table_sizes, plan.dim if dim is None else dim, name=name, dtype="float32")
+    def __init__(self, tables: Sequence[TableConfig], plan: Plan, seed: int = 0, name: str = "embeddings", *,
+                 group: dist.ProcessGroup):
+        """One-hot tables of one dim, placed by `plan`. `group`: the run's process group (its rank decides
+        which pieces live here; its all-to-all routes the ids)."""
+        super().__init__(tables, name=name, dtype="float32")
+        self.dim = self.tables[0].dim if self.tables else 0
         self.plan = plan
         self.seed = int(seed)
         self.group = group
@@ -83,9 +84,9 @@ class DistributedEmbedding(EmbeddingCollection):
         if plan.world_size != self.world_size:
             raise ValueError(f"the embedding plan is for {plan.world_size} ranks but this job has "
                              f"{self.world_size}; re-plan with world_size={self.world_size}")
-        if plan.dim != self.dim or [t.rows for t in plan.tables] != self.table_sizes:
+        if {plan.dim} != set(self.dims) or [t.rows for t in plan.tables] != self.table_sizes:
             raise ValueError(f"the embedding plan (dim {plan.dim}, rows {[t.rows for t in plan.tables]}) "
-                             f"does not match the tables (dim {self.dim}, rows {self.table_sizes})")
+                             f"does not match the tables (dims {self.dims}, rows {self.table_sizes})")
 
     # -- EmbeddingCollection interface ------------------------------------------------------------
     @property
@@ -124,12 +125,12 @@ class DistributedEmbedding(EmbeddingCollection):
             with tf.name_scope(f"replicated_table_{t}"):
                 replicated[t] = tf.gather(table, ids[:, t])
         if not self._num_sharded:
-            return tf.stack([replicated[t] for t in range(num_tables)], axis=1)
+            return tf.concat([replicated[t] for t in range(num_tables)], axis=1)
         sharded = self._sharded_lookup(ids, batch)
         if not replicated:
-            return sharded
+            return tf.reshape(sharded, [batch, num_tables * self.dim])
         columns = [replicated[t] if t in replicated else sharded[:, t, :] for t in range(num_tables)]
-        return tf.stack(columns, axis=1)
+        return tf.concat(columns, axis=1)
 
     def _check_ids(self, ids) -> None:
         """Out-of-range ids would fail on the owner rank with a confusing error: stop them here."""

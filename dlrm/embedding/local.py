@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
+from dlrm.features import TableConfig
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -91,31 +92,31 @@ class LocalEmbedding(EmbeddingCollection):
     `model_parallel_variables` is empty.
     """
 
-    def __init__(self, table_sizes: Sequence[int], dim: int, seed: int, name: str = "embeddings"):
-        super().__init__(table_sizes, dim, name=name, dtype="float32")
+    def __init__(self, tables: Sequence[TableConfig], seed: int, name: str = "embeddings"):
+        super().__init__(tables, name=name, dtype="float32")
         self.seed = int(seed)
-        self.tables: List[tf.Variable] = [
+        self.table_variables: List[tf.Variable] = [
             tf.Variable(
-                initial_table_values(t, rows, self.dim, self.seed),
+                initial_table_values(t, table.rows, table.dim, self.seed),
                 trainable=True,
                 dtype=tf.float32,
                 name=f"embedding_table_{t}",
             )
-            for t, rows in enumerate(self.table_sizes)
+            for t, table in enumerate(self.tables)
         ]
 
     def call(self, ids):
         ids = tf.convert_to_tensor(ids)
-        num_tables = len(self.tables)
+        num_tables = len(self.table_variables)
         if ids.shape.rank != 2 or (ids.shape[1] is not None and ids.shape[1] != num_tables):
             raise ValueError(
                 f"LocalEmbedding expects ids of shape [batch, {num_tables}], got {ids.shape}"
             )
-        vectors = [tf.gather(table, ids[:, t]) for t, table in enumerate(self.tables)]
-        return tf.stack(vectors, axis=1)
+        vectors = [tf.gather(table, ids[:, t]) for t, table in enumerate(self.table_variables)]
+        return tf.concat(vectors, axis=1)
 
     def stored_pieces(self) -> List[Tuple[TablePiece, tf.Variable]]:
         return [
-            (TablePiece(t, 0, rows, 0, self.dim), table)
-            for t, (rows, table) in enumerate(zip(self.table_sizes, self.tables))
+            (TablePiece(t, 0, table.rows, 0, table.dim), variable)
+            for t, (table, variable) in enumerate(zip(self.tables, self.table_variables))
         ]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.embedding_layer import DIM, SEED, TABLE_SIZES, demo_plan, global_ids
+from dlrm.features import one_hot_tables
+from tests.support.embedding_layer import DIM, SEED, TABLE_SIZES, TABLES, demo_plan, global_ids
 
 
 def test_one_rank_plan_matches_local_embedding_and_rejects_bad_input():
@@ -22,15 +23,15 @@ def test_one_rank_plan_matches_local_embedding_and_rejects_bad_input():
     group = dist.start()
     assert group.size == 1
     plan = demo_plan(1)
-    sharded = DistributedEmbedding(plan, TABLE_SIZES, DIM, SEED, group=group)
-    reference = LocalEmbedding(TABLE_SIZES, DIM, SEED)
+    sharded = DistributedEmbedding(TABLES, plan, SEED, group=group)
+    reference = LocalEmbedding(TABLES, SEED)
     ids = global_ids(6, seed=3)
     np.testing.assert_array_equal(sharded(ids).numpy(), reference(ids).numpy())
     assert len(sharded.model_parallel_variables) == len(TABLE_SIZES)
     with pytest.raises(ValueError, match="plan is for 2 ranks but this job has 1"):
-        DistributedEmbedding(demo_plan(2), TABLE_SIZES, DIM, SEED, group=group)
+        DistributedEmbedding(TABLES, demo_plan(2), SEED, group=group)
     with pytest.raises(ValueError, match="does not match the tables"):
-        DistributedEmbedding(plan, [61] + TABLE_SIZES[1:], DIM, SEED, group=group)
+        DistributedEmbedding(one_hot_tables([61] + TABLE_SIZES[1:], DIM), plan, SEED, group=group)
     bad = ids.copy()
     bad[2, 3] = TABLE_SIZES[3]
     with pytest.raises(tf.errors.InvalidArgumentError, match="out of range"):

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from dlrm.embedding.base import TablePiece
 from dlrm.embedding.local import LocalEmbedding, initial_table_values
+from dlrm.features import one_hot_tables
 
 
 @pytest.mark.parametrize("row_range,col_range", [
@@ -58,20 +59,20 @@ def test_slice_outside_the_table_is_an_error():
 
 def test_lookup_returns_the_initial_rows_and_handles_an_empty_batch():
     sizes, dim = [5, 3, 8], 4
-    emb = LocalEmbedding(sizes, dim, seed=7)
+    emb = LocalEmbedding(one_hot_tables(sizes, dim), seed=7)
     ids = np.array([[0, 2, 7], [4, 0, 0], [4, 1, 3]], dtype=np.int32)
     out = emb(tf.constant(ids)).numpy()
-    assert out.shape == (3, 3, dim) and out.dtype == np.float32
+    assert out.shape == (3, 3 * dim) and out.dtype == np.float32
     for t, rows in enumerate(sizes):
-        np.testing.assert_array_equal(out[:, t, :], initial_table_values(t, rows, dim, 7)[ids[:, t]])
-    assert emb(tf.zeros([0, 3], tf.int32)).shape == (0, 3, dim)
+        np.testing.assert_array_equal(out[:, t * dim:(t + 1) * dim], initial_table_values(t, rows, dim, 7)[ids[:, t]])
+    assert emb(tf.zeros([0, 3], tf.int32)).shape == (0, 3 * dim)
 
 
 def test_gradients_are_sparse_and_pieces_cover_each_table():
-    emb = LocalEmbedding([6, 9], 2, seed=0)
+    emb = LocalEmbedding(one_hot_tables([6, 9], 2), seed=0)
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(emb(tf.constant([[1, 2], [1, 8]], tf.int32)))
-    grads = tape.gradient(loss, emb.tables)
+    grads = tape.gradient(loss, emb.table_variables)
     assert all(isinstance(g, tf.IndexedSlices) for g in grads)
     assert sorted(grads[0].indices.numpy().tolist()) == [1, 1]
     assert [p for p, _ in emb.stored_pieces()] == [TablePiece(0, 0, 6, 0, 2), TablePiece(1, 0, 9, 0, 2)]
@@ -81,6 +82,6 @@ def test_gradients_are_sparse_and_pieces_cover_each_table():
 
 
 def test_wrong_number_of_id_columns_is_an_error():
-    emb = LocalEmbedding([6, 9], 2, seed=0)
+    emb = LocalEmbedding(one_hot_tables([6, 9], 2), seed=0)
     with pytest.raises(ValueError, match=r"\[batch, 2\]"):
         emb(tf.zeros([4, 3], tf.int32))

@@ -21,6 +21,7 @@ from dlrm.embedding.planner import (
     parse_bytes,
     plan_embeddings,
 )
+from dlrm.features import one_hot_tables
 from tests.support import ROOT
 
 
@@ -76,14 +77,14 @@ def test_importing_the_planner_and_running_its_cli_never_imports_tensorflow():
 def test_public_model_sizes_are_reproduced_with_and_without_the_id0_row(preset, params_billion, gib):
     for reserve_zero in (False, True):
         rows = preset_cardinalities(preset, reserve_zero=reserve_zero)
-        plan = plan_embeddings(rows, 128, 1)
+        plan = plan_embeddings(one_hot_tables(rows, 128), 1)
         assert round(sum(rows) * 128 / 1e9, 2 if preset == "t15" else 1) == params_billion
         assert round(plan.total_memory_bytes / GiB, 1 if gib < 100 else 0) == gib
 
 
 def test_t0_on_8_ranks_of_80_gib_row_slices_the_big_tables_and_balances_memory():
     rows = preset_cardinalities("t0")
-    plan = plan_embeddings(rows, 128, 8, ShardingConfig(rank_memory_bytes=80 * GiB))
+    plan = plan_embeddings(one_hot_tables(rows, 128), 8, ShardingConfig(rank_memory_bytes=80 * GiB))
     _check_covering(plan, rows, 128)
     _check_memory(plan, rows, 128, 4)
     kinds = {t.table: t.kind for t in plan.tables}
@@ -100,7 +101,7 @@ def test_t0_on_8_ranks_of_80_gib_row_slices_the_big_tables_and_balances_memory()
 
 def test_t0_at_dim_512_fits_32_ranks_of_80_gib():
     rows = preset_cardinalities("t0")
-    plan = plan_embeddings(rows, 512, 32, ShardingConfig(rank_memory_bytes=80 * GiB))
+    plan = plan_embeddings(one_hot_tables(rows, 512), 32, ShardingConfig(rank_memory_bytes=80 * GiB))
     assert plan.total_memory_bytes / GiB == pytest.approx(1683.76, abs=0.01)  # the "1.68 TB" (GiB x 1000)
     _check_covering(plan, rows, 512)
     _check_memory(plan, rows, 512, 4)
@@ -110,8 +111,8 @@ def test_t0_at_dim_512_fits_32_ranks_of_80_gib():
 def test_basic_round_robin_ignores_sizes_and_memory_balanced_is_flatter():
     rows = preset_cardinalities("t0")
     cfg = dict(rank_memory_bytes=80 * GiB)
-    basic = plan_embeddings(rows, 128, 8, ShardingConfig(strategy="basic", **cfg))
-    balanced = plan_embeddings(rows, 128, 8, ShardingConfig(strategy="memory_balanced", **cfg))
+    basic = plan_embeddings(one_hot_tables(rows, 128), 8, ShardingConfig(strategy="basic", **cfg))
+    balanced = plan_embeddings(one_hot_tables(rows, 128), 8, ShardingConfig(strategy="memory_balanced", **cfg))
     _check_covering(basic, rows, 128)
     _check_memory(basic, rows, 128, 4)
     # Round robin: the n-th placed piece goes to rank n mod 8 (tables 1..8 after table 0's 2 slices).
@@ -124,7 +125,7 @@ def test_memory_balanced_spreads_lookups_of_small_tables():
     # One big table and many tiny ones: the tiny ones spread evenly over the other ranks instead of
     # piling onto the rank with the least memory (which is what memory-only greedy would do).
     rows = [1_000_000] + [100] * 12
-    plan = plan_embeddings(rows, 16, 4)
+    plan = plan_embeddings(one_hot_tables(rows, 16), 4)
     big_rank = plan.tables[0].pieces[0].rank
     assert plan.ranks[big_rank].tables == [0]
     others = [r.lookup_load for r in plan.ranks if r.rank != big_rank]
@@ -136,7 +137,7 @@ def test_all_four_kinds_in_one_plan_with_thresholds_and_optimizer_slots():
     dim = 8
     cfg = ShardingConfig(rank_memory_bytes=4000 * dim * 4 * 2, column_slice_threshold_bytes=300 * dim * 8,
                          replicate_threshold_bytes=50 * dim * 8)
-    plan = plan_embeddings(rows, dim, 3, cfg, optimizer_slots=1)
+    plan = plan_embeddings(one_hot_tables(rows, dim), 3, cfg, optimizer_slots=1)
     kinds = [t.kind for t in plan.tables]
     assert kinds == ["row_sliced", "replicated", "table_wise", "column_sliced", "replicated"]
     _check_covering(plan, rows, dim)
@@ -150,14 +151,14 @@ def test_all_four_kinds_in_one_plan_with_thresholds_and_optimizer_slots():
 
 def test_optimizer_slots_multiply_memory():
     rows = preset_cardinalities("t15")
-    base = plan_embeddings(rows, 128, 4).total_memory_bytes
-    assert plan_embeddings(rows, 128, 4, optimizer_slots=2).total_memory_bytes == 3 * base
+    base = plan_embeddings(one_hot_tables(rows, 128), 4).total_memory_bytes
+    assert plan_embeddings(one_hot_tables(rows, 128), 4, optimizer_slots=2).total_memory_bytes == 3 * base
     assert slots_for_optimizer("sgd") == 0 and slots_for_optimizer("adagrad") == 1
     assert slots_for_optimizer("adam") == 2
 
 
 def test_world_size_one_keeps_every_table_whole():
-    plan = plan_embeddings([10, 20], 4, 1, ShardingConfig(replicate_threshold_bytes=10**9,
+    plan = plan_embeddings(one_hot_tables([10, 20], 4), 1, ShardingConfig(replicate_threshold_bytes=10**9,
                                                           column_slice_threshold_bytes=1))
     assert [t.kind for t in plan.tables] == ["table_wise", "table_wise"]
     assert plan.pieces_on_rank(0)[1].shape == (20, 4)
@@ -166,19 +167,19 @@ def test_world_size_one_keeps_every_table_whole():
 def test_error_names_the_table_and_the_shortfall():
     rows = preset_cardinalities("t0")
     with pytest.raises(PlanError, match=r"table 19 .*292,775,615 rows.*short by"):
-        plan_embeddings(rows, 128, 2, ShardingConfig(rank_memory_bytes=80 * GiB))
+        plan_embeddings(one_hot_tables(rows, 128), 2, ShardingConfig(rank_memory_bytes=80 * GiB))
     # t0 is 420.94 GiB: 4 ranks need a quarter of it each, 105.24 GiB, 25.24 GiB over 80 GiB
     with pytest.raises(PlanError, match=r"table 19 .*at least 105\.24 GiB per rank.*short by 25\.24 GiB per rank"):
-        plan_embeddings(rows, 128, 4, ShardingConfig(rank_memory_bytes=80 * GiB))
+        plan_embeddings(one_hot_tables(rows, 128), 4, ShardingConfig(rank_memory_bytes=80 * GiB))
     # A table-wise piece that no rank has room for (basic strategy, no row slicing needed).
     with pytest.raises(PlanError, match=r"table 2 .*short by"):
-        plan_embeddings([100, 100, 100], 10, 2,
+        plan_embeddings(one_hot_tables([100, 100, 100], 10), 2,
                         ShardingConfig(strategy="basic", rank_memory_bytes=100 * 10 * 4 + 10))
 
 
 def test_plan_json_round_trip_is_exact():
     rows = [5000, 40, 600, 900]
-    plan = plan_embeddings(rows, 8, 3, ShardingConfig(rank_memory_bytes=5000 * 8 * 3,
+    plan = plan_embeddings(one_hot_tables(rows, 8), 3, ShardingConfig(rank_memory_bytes=5000 * 8 * 3,
                                                       column_slice_threshold_bytes=800 * 32,
                                                       replicate_threshold_bytes=50 * 32))
     text = plan.to_json()
@@ -214,7 +215,7 @@ def test_cli_prints_plan_and_spread_and_reports_errors():
 
 def _minimum_from_error(rows, dim, world_size, sharding, slots=0):
     with pytest.raises(PlanError) as caught:
-        plan_embeddings(rows, dim, world_size, sharding, optimizer_slots=slots)
+        plan_embeddings(one_hot_tables(rows, dim), world_size, sharding, optimizer_slots=slots)
     return caught.value
 
 
@@ -231,12 +232,13 @@ def test_reported_minimum_is_where_the_plan_starts_to_succeed(budget_gib):
     error = _minimum_from_error(rows, 128, 8, ShardingConfig(rank_memory_bytes=int(budget_gib * GiB)))
     minimum = error.minimum_rank_memory
     assert minimum is not None and minimum > budget_gib * GiB
-    plan_embeddings(rows, 128, 8, ShardingConfig(rank_memory_bytes=minimum))
+    plan_embeddings(one_hot_tables(rows, 128), 8, ShardingConfig(rank_memory_bytes=minimum))
     with pytest.raises(PlanError):
-        plan_embeddings(rows, 128, 8, ShardingConfig(rank_memory_bytes=minimum - 1))
+        plan_embeddings(one_hot_tables(rows, 128), 8, ShardingConfig(rank_memory_bytes=minimum - 1))
     printed = re.search(r"need at least ([0-9.]+ GiB) per rank", str(error)).group(1)
     assert parse_bytes(printed.replace(" ", "")) >= minimum
-    plan_embeddings(rows, 128, 8, ShardingConfig(rank_memory_bytes=parse_bytes(printed.replace(" ", ""))))
+    plan_embeddings(one_hot_tables(rows, 128), 8,
+                    ShardingConfig(rank_memory_bytes=parse_bytes(printed.replace(" ", ""))))
     assert printed == "52.62 GiB"  # 420.94 GiB over 8 ranks: the whole model, not table 19 alone
 
 
@@ -248,11 +250,12 @@ def test_minimum_holds_for_every_strategy_slot_count_and_one_rank(strategy, slot
                               replicate_threshold_bytes=40 * 8 * 4 * (1 + slots))
     error = _minimum_from_error(rows, 8, world_size, sharding, slots)
     minimum = error.minimum_rank_memory
-    assert minimum == minimum_rank_memory(rows, 8, world_size, sharding, slots)
-    ok = plan_embeddings(rows, 8, world_size, replace_budget(sharding, minimum), optimizer_slots=slots)
+    assert minimum == minimum_rank_memory(one_hot_tables(rows, 8), world_size, sharding, slots)
+    ok = plan_embeddings(one_hot_tables(rows, 8), world_size, replace_budget(sharding, minimum), optimizer_slots=slots)
     assert max(r.memory_bytes for r in ok.ranks) <= minimum
     with pytest.raises(PlanError):
-        plan_embeddings(rows, 8, world_size, replace_budget(sharding, minimum - 1), optimizer_slots=slots)
+        plan_embeddings(one_hot_tables(rows, 8), world_size, replace_budget(sharding, minimum - 1),
+                        optimizer_slots=slots)
     if world_size == 1:  # one rank holds everything: the minimum is the whole model
         assert minimum == sum(rows) * 8 * 4 * (1 + slots)
 
@@ -276,6 +279,6 @@ def test_minimum_is_found_where_success_is_not_monotonic_in_the_budget(budget_gi
     error = _minimum_from_error(rows, 128, 8, sharding, 2)
     minimum = error.minimum_rank_memory
     assert minimum < 194 * GiB, format_bytes(minimum)
-    plan_embeddings(rows, 128, 8, replace_budget(sharding, minimum), optimizer_slots=2)
+    plan_embeddings(one_hot_tables(rows, 128), 8, replace_budget(sharding, minimum), optimizer_slots=2)
     with pytest.raises(PlanError):
-        plan_embeddings(rows, 128, 8, replace_budget(sharding, minimum - 1), optimizer_slots=2)
+        plan_embeddings(one_hot_tables(rows, 128), 8, replace_budget(sharding, minimum - 1), optimizer_slots=2)

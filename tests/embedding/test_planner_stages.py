@@ -21,6 +21,7 @@ from dlrm.embedding.planner.strategies import (
     water_level,
 )
 from dlrm.errors import UsageError
+from dlrm.features import one_hot_tables
 
 
 def _tables(rows, dim=2, world_size=2, slots=0, bytes_per_element=4, lookups=None):
@@ -160,7 +161,7 @@ def test_a_saved_plan_reads_back_and_the_planner_still_writes_it_alike():
     plan = Plan.from_dict(json.loads(json.dumps(SAVED_PLAN)))
     assert plan.to_dict() == SAVED_PLAN
     assert plan.pieces_on_rank(1) == [TablePiece(0, 0, 30, 0, 4), TablePiece(1, 0, 4, 0, 4), TablePiece(2, 0, 12, 0, 2)]
-    assert json.loads(plan_embeddings(FOUR_KINDS_ROWS, 4, 2, FOUR_KINDS).to_json()) == SAVED_PLAN
+    assert json.loads(plan_embeddings(one_hot_tables(FOUR_KINDS_ROWS, 4), 2, FOUR_KINDS).to_json()) == SAVED_PLAN
 
 
 def test_byte_sizes_round_up_for_a_minimum_and_refuse_a_zero_budget():

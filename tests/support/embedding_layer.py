@@ -17,11 +17,13 @@ import numpy as np
 from dlrm.config import ShardingConfig
 from dlrm.data.binary import rank_slice
 from dlrm.embedding.planner import plan_embeddings
+from dlrm.features import one_hot_tables
 
 # Tiny model with all four layouts at N = 2 and N = 3 (see `demo_plan`).
 TABLE_SIZES = [60, 3, 12, 20, 4]
 DIM = 5
 SEED = 11
+TABLES = one_hot_tables(TABLE_SIZES, DIM)
 
 
 def demo_plan(world_size: int):
@@ -30,7 +32,7 @@ def demo_plan(world_size: int):
     cfg = ShardingConfig(rank_memory_bytes=55 * DIM * element if world_size > 1 else None,
                          column_slice_threshold_bytes=15 * DIM * element,
                          replicate_threshold_bytes=4 * DIM * element, bytes_per_element=element)
-    return plan_embeddings(TABLE_SIZES, DIM, world_size, cfg)
+    return plan_embeddings(TABLES, world_size, cfg)
 
 
 def global_ids(batch: int, seed: int) -> np.ndarray:
@@ -53,12 +55,13 @@ def check_layer_against_local() -> dict:
     group = dist.start()
     rank, world = group.rank, group.size
     plan = demo_plan(world)
-    sharded = DistributedEmbedding(plan, TABLE_SIZES, DIM, SEED, group=group)
-    reference = LocalEmbedding(TABLE_SIZES, DIM, SEED)
+    sharded = DistributedEmbedding(TABLES, plan, SEED, group=group)
+    reference = LocalEmbedding(TABLES, SEED)
     result = {"rank": rank, "world": world, "kinds": [t.kind for t in plan.tables]}
 
     # 1. Initial values: every held piece is the same rectangle of the single-process table.
-    result["init_equal"] = all(np.array_equal(variable.numpy(), _region(reference.tables[piece.table].numpy(), piece))
+    tables = [variable.numpy() for variable in reference.table_variables]
+    result["init_equal"] = all(np.array_equal(variable.numpy(), _region(tables[piece.table], piece))
                                for piece, variable in sharded.held_pieces())
     result["held"] = _rectangles(sharded.held_pieces())
     result["stored"] = _rectangles(sharded.stored_pieces())
@@ -66,7 +69,7 @@ def check_layer_against_local() -> dict:
 
     def variables_of(layer):
         if isinstance(layer, LocalEmbedding):
-            return list(layer.tables)
+            return list(layer.table_variables)
         return layer.model_parallel_variables + list(layer.replicated_tables.values())
 
     def local_loss_and_grads(layer, ids, weights, global_rows, wrap):
@@ -82,7 +85,7 @@ def check_layer_against_local() -> dict:
     errors = {}
     for case, batch in (("uneven", 11), ("rank_without_rows", world - 1)):
         ids = global_ids(batch, seed=batch)
-        weights = np.random.default_rng(batch + 100).normal(size=(batch, len(TABLE_SIZES), DIM))
+        weights = np.random.default_rng(batch + 100).normal(size=(batch, len(TABLE_SIZES) * DIM))
         weights = weights.astype(np.float32)
         mine = slice(*rank_slice(batch, rank, world))  # the reader's split of a global batch
         ref_vectors, ref_grads = local_loss_and_grads(

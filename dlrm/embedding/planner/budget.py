@@ -13,46 +13,48 @@ from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.layout import Tables, check_tables
 from dlrm.embedding.planner.plan import Plan, PlanError
 from dlrm.embedding.planner.strategies import check_strategy, place
+from dlrm.features import TableConfig
 
 SCAN_STEPS = 512  # resolution of the minimum-budget scan: 1/512 of the range between even share and whole model
 
 
-def _checked(table_rows: Sequence[int], dim: int, world_size: int, cfg: ShardingConfig, optimizer_slots: int,
-             lookups_per_sample: Optional[Sequence[float]]) -> Tables:
+def _checked(table_configs: Sequence[TableConfig], world_size: int, cfg: ShardingConfig,
+             optimizer_slots: int) -> Tables:
     check_strategy(cfg.strategy)
-    return check_tables(table_rows, dim, world_size, cfg.bytes_per_element, optimizer_slots, lookups_per_sample)
+    dims = sorted({t.dim for t in table_configs})
+    if len(dims) > 1:
+        raise ValueError(f"the planner places tables of one dim; these have dims {dims}")
+    return check_tables([t.rows for t in table_configs], dims[0] if dims else 1, world_size, cfg.bytes_per_element,
+                        optimizer_slots, [float(t.hotness) for t in table_configs])
 
 
-def plan_embeddings(table_rows: Sequence[int], dim: int, world_size: int,
-                    sharding: Optional[ShardingConfig] = None, optimizer_slots: int = 0,
-                    lookups_per_sample: Optional[Sequence[float]] = None) -> Plan:
+def plan_embeddings(tables: Sequence[TableConfig], world_size: int, sharding: Optional[ShardingConfig] = None,
+                    optimizer_slots: int = 0) -> Plan:
     """Place every table on `world_size` ranks (see `dlrm.embedding.planner` for the rules).
 
     When the tables do not fit the per-rank budget, the PlanError names the table that did not fit
     and the smallest budget at which this plan succeeds (`minimum_rank_memory`).
     """
     cfg = sharding or ShardingConfig()
-    tables = _checked(table_rows, dim, world_size, cfg, optimizer_slots, lookups_per_sample)
+    checked = _checked(tables, world_size, cfg, optimizer_slots)
     try:
-        return place(tables, cfg)
+        return place(checked, cfg)
     except PlanError as error:
-        minimum = _minimum_budget(tables, cfg)
+        minimum = _minimum_budget(checked, cfg)
         if minimum is None:
             raise
-        raise _not_enough_memory(error, tables, cfg, minimum) from None
+        raise _not_enough_memory(error, checked, cfg, minimum) from None
 
 
-def minimum_rank_memory(table_rows: Sequence[int], dim: int, world_size: int, sharding: ShardingConfig,
-                        optimizer_slots: int = 0, lookups_per_sample: Optional[Sequence[float]] = None
-                        ) -> Optional[int]:
+def minimum_rank_memory(tables: Sequence[TableConfig], world_size: int, sharding: ShardingConfig,
+                        optimizer_slots: int = 0) -> Optional[int]:
     """The smallest per-rank budget (bytes) at which the plan succeeds, found over the planner itself:
     the plan succeeds with it and fails with one byte less. None if `sharding` has no budget or the
     plan already fits it.
     """
     if sharding.rank_memory_bytes is None:
         return None
-    return _minimum_budget(_checked(table_rows, dim, world_size, sharding, optimizer_slots, lookups_per_sample),
-                           sharding)
+    return _minimum_budget(_checked(tables, world_size, sharding, optimizer_slots), sharding)
 
 
 def _plan_succeeds(tables: Tables, cfg: ShardingConfig, budget: int) -> bool:

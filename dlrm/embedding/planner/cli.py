@@ -16,6 +16,7 @@ from dlrm.embedding.planner.budget import plan_embeddings
 from dlrm.embedding.planner.byte_sizes import byte_size, format_bytes, positive_byte_size
 from dlrm.embedding.planner.plan import Plan, TablePlacement
 from dlrm.embedding.planner.strategies import STRATEGIES
+from dlrm.features import one_hot_tables
 
 
 def describe_plan(plan: Plan, preset: Optional[str] = None) -> str:
@@ -99,7 +100,7 @@ def print_plan(argv: Optional[Sequence[str]] = None) -> int:
         replicate_threshold_bytes=args.replicate_threshold,
         bytes_per_element=args.bytes_per_element)
     slots = slots_for_optimizer(args.optimizer) if args.optimizer else args.optimizer_slots
-    plan = plan_embeddings(rows, args.embedding_dim, args.world_size, sharding, optimizer_slots=slots)
+    plan = plan_embeddings(one_hot_tables(rows, args.embedding_dim), args.world_size, sharding, optimizer_slots=slots)
     print(plan.to_json() if args.json else describe_plan(plan, args.preset))
     return 0
 
