@@ -188,3 +188,18 @@ def test_meta_is_plain_json(tmp_path):
     meta = json.loads(open(os.path.join(path, "meta.json")).read())
     assert meta["dense_shapes"] == {"d000_kernel": [3, 5], "d000_kernel.m": [3, 5], "optimizer_iterations": []}
     assert meta["model_shape"] == SHAPE and meta["step"] == 3
+
+
+def test_any_feature_name_gets_a_safe_directory_of_its_own(tmp_path):
+    names = ["a/b", ".."]
+    assert [ckpt.table_dir_name(name) for name in names] == ["a%2Fb", "%2E."]
+    values = _tables(8)
+    ckpt.save_checkpoint(str(tmp_path), 1, {}, _pieces({"value": values}, WHOLE), {}, group=SINGLE,
+                         table_names=names)
+    assert sorted(os.listdir(tmp_path / "step_00000001/embedding")) == ["%2E.", "a%2Fb"]
+    fresh = _zero_pieces(["value"], WHOLE)
+    ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, group=SINGLE, table_names=names)
+    for piece, slots in fresh:
+        np.testing.assert_array_equal(slots["value"].numpy(), values[piece.table])
+    with pytest.raises(CheckpointError, match=r"has no table 'c' \(its tables: \['a/b', '..'\]\)"):
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, group=SINGLE, table_names=["a/b", "c"])

@@ -21,10 +21,9 @@ SCAN_STEPS = 512  # resolution of the minimum-budget scan: 1/512 of the range be
 def _checked(table_configs: Sequence[TableConfig], world_size: int, cfg: ShardingConfig,
              optimizer_slots: int) -> Tables:
     check_strategy(cfg.strategy)
-    dims = sorted({t.dim for t in table_configs})
-    if len(dims) > 1:
-        raise ValueError(f"the planner places tables of one dim; these have dims {dims}")
-    return check_tables([t.rows for t in table_configs], dims[0] if dims else 1, world_size, cfg.bytes_per_element,
+    # One dim for all tables: the widest (memory is over-estimated for narrower tables).
+    dim = max((t.dim for t in table_configs), default=1)
+    return check_tables([t.rows for t in table_configs], dim, world_size, cfg.bytes_per_element,
                         optimizer_slots, [float(t.hotness) for t in table_configs])
 
 
