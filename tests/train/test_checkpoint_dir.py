@@ -295,5 +295,5 @@ def test_a_piece_missing_on_one_rank_stops_both_ranks_at_restore_with_one_messag
     run = run_ranks(2, worker_argv("checkpoint_dir", "restore", root), timeout=120).check()
     assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
     assert run.results[1]["outcome"] == "CheckpointError"
-    assert re.match(r"^error: rank 1: checkpoint .* has no slot 'value' for table 1 .*\(host .*\)$",
+    assert re.match(r"^error: rank 1: checkpoint .* has no slot 'value' for table 't1' .*\(host .*\)$",
                     run.results[1]["printed"]), run.results[1]
