@@ -141,3 +141,25 @@ def test_nvidia_style_spec_variants_train_or_are_refused_by_rule(tmp_path):
             assert_refused(status, stdout, stderr, rule)
     assert outcomes["no_categorical"][0] == 1
     print(json.dumps({name: outcome[0] for name, outcome in outcomes.items()}))
+
+
+@pytest.mark.multirank
+def test_two_ranks_train_a_five_numerical_dataset_like_one_process(tmp_path):
+    """The contract reaches the hybrid-parallel layer too: 2 ranks (tables sharded over them) train the same
+    model as one process, on a dataset of 5 numerical and 3 categorical features."""
+    from tests.support.multirank import run_ranks, run_single
+
+    dataset = make_dataset(tmp_path / "data", 5, 3)
+    finals = {}
+    for world, launch in ((1, run_single), (2, lambda argv, **kw: run_ranks(2, argv, **kw))):
+        run_dir, ckpt = tmp_path / f"run{world}", tmp_path / f"ckpt{world}"
+        launch(["main.py", "--dataset_path", dataset, "--run_dir", str(run_dir), "--save_checkpoint_path", str(ckpt),
+                *FLAGS], timeout=180).check()
+        records = read_metrics(str(run_dir / "metrics.jsonl"))
+        finals[world] = ([r["loss"] for r in records if r["kind"] == "train"], checkpoint.read_arrays(str(ckpt)))
+    (losses_1, arrays_1), (losses_2, arrays_2) = finals[1], finals[2]
+    np.testing.assert_allclose(losses_2, losses_1, rtol=1e-5)
+    assert sorted(arrays_1) == sorted(arrays_2) and "embedding/cat_2/value" in arrays_1
+    for key in arrays_1:
+        np.testing.assert_allclose(arrays_2[key], arrays_1[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    assert checkpoint.read_meta(checkpoint.find_checkpoint(str(tmp_path / "ckpt2")))["plan"]["world_size"] == 2
