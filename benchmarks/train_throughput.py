@@ -61,6 +61,7 @@ from benchmarks.machine import (  # noqa: E402
     write_table,
 )
 from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
+from dlrm.data.contract import contract_from_spec  # noqa: E402
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
 from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
 from dlrm.dist import single_process  # noqa: E402
@@ -102,12 +103,13 @@ def make_batches(table_sizes, batch_size: int, count: int, seed: int = 0):
 
 def ours(config: Config, embeddings, batches, amp: bool, xla: bool) -> Candidate:
     """The trainer's own train step for this model variant."""
-    model = build_model(config.model, embeddings, amp=amp, xla=xla)
+    spec = FeatureSpec.criteo_like(embeddings.table_sizes, NUM_NUMERICAL)
+    contract = contract_from_spec(spec, config.model.embedding_dim)
+    model = build_model(config.model, contract, embeddings, amp=amp, xla=xla)
     optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=amp)
     optimizer.build(model.trainable_variables)
-    spec = FeatureSpec.criteo_like(embeddings.table_sizes, NUM_NUMERICAL)
-    parts = Parts(config=config, group=single_process(), spec=spec, embeddings=embeddings, model=model,
-                  optimizer=optimizer)
+    parts = Parts(config=config, group=single_process(), spec=spec, contract=contract, embeddings=embeddings,
+                  model=model, optimizer=optimizer)
     train_step = make_train_step(parts)
     global_rows = tf.constant(float(batches[0][0].shape[0]))
     cursor = [0]
@@ -328,7 +330,7 @@ def build_candidates(config: Config, args: argparse.Namespace) -> List[Candidate
     """Our four step variants, the Keras baselines and the GEMM ceilings, minus `--skip`."""
     batches = make_batches(args.table_sizes, args.batch_size, count=4)
     print(f"building tables: {sum(args.table_sizes):,} rows x {config.model.embedding_dim}", flush=True)
-    embeddings = LocalEmbedding(one_hot_tables(args.table_sizes, config.model.embedding_dim), seed=0)  # shared by ours
+    embeddings = LocalEmbedding(one_hot_tables(args.table_sizes, config.model.embedding_dim), seed=0)  # shared
     candidates = [ours(config, embeddings, batches, amp, xla)
                   for amp, xla in ((False, False), (False, True), (True, False), (True, True))]
     keras_fp32 = keras(config, args.table_sizes, batches, jit_compile=False, policy="float32")

@@ -29,6 +29,7 @@ from dlrm.config import ARCHS, Config
 from dlrm.data.criteo import PRESET_NAMES
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
 from dlrm.embedding.planner import STRATEGIES, byte_size, positive_byte_size
+from dlrm.features import COMBINERS
 
 # The embedded demo (no --dataset_path): the tiny synthetic preset, a smaller model and batch, and an
 # optimizer that converges in one short epoch on 2 CPU cores. Measured in docs/training.md.
@@ -118,7 +119,10 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
     _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",
          choices=ARCHS)
-    _add(model, "--embedding_dim", [("model", "embedding_dim")], "embedding vector size", type=positive_int)
+    _add(model, "--embedding_dim", [("model", "embedding_dim")],
+         "embedding vector size of the tables whose feature spec entry sets none", type=positive_int)
+    _add(model, "--combiner", [("model", "combiner")],
+         "pooling of a multi-hot feature's ids, for features whose spec entry sets none", choices=list(COMBINERS))
     _add(model, "--bottom_mlp_dims", [("model", "bottom_mlp")], "bottom MLP layer sizes, e.g. 512-256-128",
          type=layer_sizes)
     _add(model, "--top_mlp_dims", [("model", "top_mlp")], "top MLP layer sizes, last one 1", type=layer_sizes)

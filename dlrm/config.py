@@ -46,7 +46,8 @@ def _sizes(dims) -> str:
 @dataclass
 class ModelConfig:
     arch: str = "dlrm"  # "dlrm" (dot interaction) or "dcnv2" (low-rank cross layers)
-    embedding_dim: int = 128
+    embedding_dim: int = 128  # the dim of every table whose feature spec entry sets none
+    combiner: str = "sum"  # pooling of a multi-hot bag ("sum" or "mean") unless its spec entry sets one
     bottom_mlp: tuple[int, ...] = (512, 256, 128)
     top_mlp: tuple[int, ...] = (1024, 1024, 512, 256, 1)
     num_cross_layers: int = 3
@@ -54,15 +55,13 @@ class ModelConfig:
     seed: int = 0
 
     def problems(self) -> list[str]:
-        """Why this model cannot be built (empty if it can): checked by the CLI and by the model."""
+        """Why this model cannot be built whatever the data (empty if it can): checked by the CLI and by the
+        model. The rules that depend on the dataset's features are in `dlrm.model.shape_rules`."""
         found = []
         if self.arch not in ARCHS:
             found.append(f"model arch must be one of {ARCHS}, got {self.arch!r}")
         if tuple(self.top_mlp)[-1:] != (1,):
             found.append(f"the top MLP (--top_mlp_dims) must end in 1 unit (a logit), got {_sizes(self.top_mlp)}")
-        if self.arch == "dlrm" and tuple(self.bottom_mlp)[-1:] != (self.embedding_dim,):
-            found.append(f"the DLRM dot interaction needs the bottom MLP (--bottom_mlp_dims) to end in the "
-                         f"embedding dim ({self.embedding_dim}), got {_sizes(self.bottom_mlp)}")
         return found
 
 

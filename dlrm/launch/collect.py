@@ -17,7 +17,9 @@ import statistics
 from typing import List, Optional
 
 from dlrm.config import ShardingConfig
+from dlrm.features import one_hot_tables
 from dlrm.launch.submit import POINT_FILE, RUN_FILE
+from dlrm.train.checkpoint.model_shape import saved_model_shape
 from dlrm.train.metrics_log import METRICS_FILE, read_metrics
 
 COLUMNS = ("point", "dataset", "frequency_threshold", "embedding_dim", "world_size", "steps",
@@ -44,11 +46,9 @@ def placement_memory(config: dict, rows: List[int], world_size: int) -> dict:
     """Per-rank embedding memory (bytes) of the planner's placement for this run."""
     from dlrm.embedding.optimizer_slots import slots_for_optimizer
     from dlrm.embedding.planner import plan_embeddings
-    from dlrm.features import one_hot_tables
 
     fields = {k: v for k, v in config["sharding"].items() if k in ShardingConfig.__dataclass_fields__}
-    tables = one_hot_tables(rows, config["model"]["embedding_dim"])
-    plan = plan_embeddings(tables, world_size, ShardingConfig(**fields),
+    plan = plan_embeddings(one_hot_tables(rows, config["model"]["embedding_dim"]), world_size, ShardingConfig(**fields),
                            optimizer_slots=slots_for_optimizer(config["optimizer"]["optimizer"]))
     return plan.memory_spread()
 
@@ -90,7 +90,7 @@ def collect_point(point_dir: str) -> dict:
     metrics_path = os.path.join(point_dir, METRICS_FILE)
     records = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
     meta = checkpoint_meta(records)
-    rows = meta["model_shape"]["table_sizes"] if meta else table_sizes(config)
+    rows = [t["rows"] for t in saved_model_shape(meta, [])["tables"]] if meta else table_sizes(config)
     memory = placement_memory(config, rows, point["world_size"])
     row["embedding_parameters"] = sum(rows) * config["model"]["embedding_dim"]
     row["model_parameters"] = row["embedding_parameters"] + dense_parameters(meta["dense_shapes"]) if meta else None

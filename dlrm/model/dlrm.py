@@ -7,47 +7,54 @@ the embedding gradients sparse (`tf.IndexedSlices` from the gathers outside XLA)
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import tensorflow as tf
 
 from dlrm.config import ModelConfig
-from dlrm.data.criteo import NUM_NUMERICAL
 from dlrm.embedding.base import EmbeddingCollection
+from dlrm.features import FeatureContract
 from dlrm.model.dcnv2 import LowRankCrossNetwork
-from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim
+from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, embedding_dot_interaction
 from dlrm.model.mlp import MLP
 from dlrm.model.precision import compute_dtype, keras_policy
+from dlrm.model.shape_rules import check_model_shape
 
 
 class RecommenderModel(tf.keras.Model):
-    """call(numerical [B,13] float32, categorical [B,T] int32, training=False) -> logits [B] float32."""
+    """call(numerical [B, n] float32, categorical [B, total_hotness] int32, training=False) -> logits [B] float32.
 
-    def __init__(self, model_cfg: ModelConfig, embeddings: EmbeddingCollection,
+    The widths come from the feature contract: n numerical features (0 allowed: then there is no bottom
+    MLP) and the tables' ids side by side; the embedding layer returns their vectors concatenated
+    [B, total_dim]. The DLRM dot interaction views them as [B, T, D] (one dim for all tables, equal to
+    the bottom MLP's last layer); DCNv2 crosses the concatenation (per-table dims allowed).
+    """
+
+    def __init__(self, model_cfg: ModelConfig, contract: FeatureContract, embeddings: EmbeddingCollection,
                  amp: bool = False, xla: bool = False):
         super().__init__(name=f"{model_cfg.arch}_model", dtype="float32")
-        if model_cfg.problems():
-            raise ValueError("; ".join(model_cfg.problems()))
-        if embeddings.dims[0] != model_cfg.embedding_dim:
-            raise ValueError(
-                f"embedding dim {embeddings.dims[0]} differs from ModelConfig.embedding_dim "
-                f"{model_cfg.embedding_dim}"
-            )
+        check_model_shape(model_cfg, contract)
+        if tuple(embeddings.tables) != tuple(contract.tables):
+            raise ValueError(f"the embedding layer's tables {list(embeddings.tables)} differ from the feature "
+                             f"contract's {list(contract.tables)}")
         self.arch = model_cfg.arch
-        self.num_tables = len(embeddings.table_sizes)
-        self.dim = embeddings.dims[0]
+        self.contract = contract
         self.dense_dtype = compute_dtype(amp)
         policy = keras_policy(amp)
         seed = int(model_cfg.seed)
 
         self.embeddings = embeddings
-        self.bottom_mlp = MLP(NUM_NUMERICAL, model_cfg.bottom_mlp, relu_last=True,
-                              seed=seed * 10 + 1, dtype=policy, name="bottom_mlp")
+        self.bottom_mlp: Optional[MLP] = None
+        if contract.num_numerical:
+            self.bottom_mlp = MLP(contract.num_numerical, model_cfg.bottom_mlp, relu_last=True,
+                                  seed=seed * 10 + 1, dtype=policy, name="bottom_mlp")
+        bottom_width = self.bottom_mlp.output_dim if self.bottom_mlp is not None else 0
+        self.cross: Optional[LowRankCrossNetwork] = None
         if self.arch == "dlrm":
-            self.cross = None
-            top_input = dot_interaction_output_dim(self.num_tables, self.dim)
+            top_input = dot_interaction_output_dim(contract.num_tables, contract.tables[0].dim,
+                                                   with_bottom=self.bottom_mlp is not None)
         else:
-            top_input = self.bottom_mlp.output_dim + self.num_tables * self.dim
+            top_input = bottom_width + contract.total_dim
             self.cross = LowRankCrossNetwork(top_input, model_cfg.num_cross_layers,
                                              model_cfg.cross_projection_dim, seed=seed * 10 + 2,
                                              dtype=policy, name="cross")
@@ -60,26 +67,26 @@ class RecommenderModel(tf.keras.Model):
         )
 
     def dense_forward(self, numerical, embedded):
-        """numerical [B,13], embedded [B,T,D] float32 -> logits [B] float32 (the data-parallel part)."""
+        """numerical [B, n], embedded [B, total_dim] float32 -> logits [B] float32 (the data-parallel part)."""
         dtype = self.dense_dtype
-        bottom = self.bottom_mlp(tf.cast(numerical, dtype))
+        bottom = self.bottom_mlp(tf.cast(numerical, dtype)) if self.bottom_mlp is not None else None
         embedded = tf.cast(embedded, dtype)
         if self.cross is None:
-            features = dot_interaction(bottom, embedded)
+            vectors = tf.reshape(embedded, [-1, self.contract.num_tables, self.contract.tables[0].dim])
+            features = embedding_dot_interaction(vectors) if bottom is None else dot_interaction(bottom, vectors)
         else:
-            flat = tf.reshape(embedded, [-1, self.num_tables * self.dim])
-            features = self.cross(tf.concat([bottom, flat], axis=1))
+            features = self.cross(embedded if bottom is None else tf.concat([bottom, embedded], axis=1))
         logits = self.top_mlp(features)
         return tf.cast(tf.reshape(logits, [-1]), tf.float32)
 
     @property
     def input_signature(self) -> List[tf.TensorSpec]:
         """(numerical, categorical) specs for any batch size: one `tf.function` trace serves all."""
-        return [tf.TensorSpec([None, NUM_NUMERICAL], tf.float32),
-                tf.TensorSpec([None, self.num_tables], tf.int32)]
+        return [tf.TensorSpec([None, self.contract.num_numerical], tf.float32),
+                tf.TensorSpec([None, self.contract.total_hotness], tf.int32)]
 
     def call(self, numerical, categorical, training=False):
-        embedded = tf.reshape(self.embeddings(categorical), [-1, self.num_tables, self.dim])
+        embedded = self.embeddings(categorical)
         return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded)
 
     @property
@@ -93,7 +100,8 @@ class RecommenderModel(tf.keras.Model):
         return [v for v in self.trainable_variables if v.ref() not in model_parallel]
 
 
-def build_model(model_cfg: ModelConfig, embeddings: EmbeddingCollection,
+def build_model(model_cfg: ModelConfig, contract: FeatureContract, embeddings: EmbeddingCollection,
                 amp: bool = False, xla: bool = False) -> RecommenderModel:
-    """The model for `model_cfg.arch`, with every variable created (safe to restore into right away)."""
-    return RecommenderModel(model_cfg, embeddings, amp=amp, xla=xla)
+    """The model for `model_cfg.arch` and the dataset's `contract`, with every variable created (safe to
+    restore into right away). A contract the model cannot take raises ModelShapeError naming the rule."""
+    return RecommenderModel(model_cfg, contract, embeddings, amp=amp, xla=xla)

@@ -2,7 +2,9 @@
 
 With F = 1 + num_tables feature vectors of width D, the output is the bottom-MLP output followed by
 the strict lower triangle of the F x F Gram matrix in row-major order ((1,0), (2,0), (2,1), ...),
-as in the reference implementations: D + F(F-1)/2 values (128 + 351 = 479 by default).
+as in the reference implementations: D + F(F-1)/2 values (128 + 351 = 479 by default). A dataset
+without numerical features has no bottom MLP: `embedding_dot_interaction` gives the lower triangle
+of the embeddings' own Gram matrix (F = num_tables), nothing else.
 
 `dot_interaction` carries its own gradient. Autodiff of `features @ features^T` runs two batched
 matmuls and adds them; the Gram matrix is symmetric, so d features = (dG + dG^T) @ features is one
@@ -17,9 +19,10 @@ import numpy as np
 import tensorflow as tf
 
 
-def dot_interaction_output_dim(num_tables: int, dim: int) -> int:
-    num_features = num_tables + 1
-    return dim + num_features * (num_features - 1) // 2
+def dot_interaction_output_dim(num_tables: int, dim: int, with_bottom: bool = True) -> int:
+    """Width of the interaction output; `with_bottom=False`: no bottom MLP (no numerical features)."""
+    num_features = num_tables + int(with_bottom)
+    return int(with_bottom) * dim + num_features * (num_features - 1) // 2
 
 
 def lower_triangle_indices(num_features: int) -> np.ndarray:
@@ -57,26 +60,46 @@ def reference_dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tens
     return tf.concat([bottom, _lower_triangle(_features(bottom, embedded))], axis=1)
 
 
+def reference_embedding_dot_interaction(embedded: tf.Tensor) -> tf.Tensor:
+    """The plain formulation of `embedding_dot_interaction`, differentiated by autodiff."""
+    return _lower_triangle(embedded)
+
+
+def _gram_gradient_rows(d_pairs: tf.Tensor, features: tf.Tensor, rows: slice) -> tf.Tensor:
+    """Rows `rows` of (dG + dG^T) @ features [B, F, D], from the pairs' output gradient d_pairs [B, P].
+
+    Pair-major [P, B] layout: the gather then copies whole rows, several times faster than gathering
+    single elements along axis 1. Only the asked-for rows are computed (no slicing of a [B, F, D] result).
+    """
+    num_features = int(features.shape[1])
+    transposed = tf.transpose(d_pairs)
+    padded = tf.concat([tf.zeros_like(transposed[:1]), transposed], axis=0)
+    index = symmetric_gradient_indices(num_features).reshape(num_features, num_features)[rows]
+    d_gram = tf.transpose(tf.gather(padded, index.reshape(-1)))
+    return tf.matmul(tf.reshape(d_gram, [-1, len(index), num_features]), features)
+
+
 @tf.autograph.experimental.do_not_convert  # autograph would rewrite the returned gradient function
 @tf.custom_gradient
 def dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
     """bottom [B, D], embedded [B, T, D] -> [B, D + (T+1)T/2] (same dtype as the inputs)."""
     features = _features(bottom, embedded)
-    num_features, dim = int(features.shape[1]), int(bottom.shape[1])
+    dim = int(bottom.shape[1])
     output = tf.concat([bottom, _lower_triangle(features)], axis=1)
 
     def gradient(d_output):
-        # Pair-major [P, B] layout: the gather then copies whole rows, several times faster than
-        # gathering single elements along axis 1.
-        d_pairs = tf.transpose(d_output[:, dim:])
-        padded = tf.concat([tf.zeros_like(d_pairs[:1]), d_pairs], axis=0)
-        index = symmetric_gradient_indices(num_features).reshape(num_features, num_features)
-
-        def d_feature_rows(rows):  # rows of (dG + dG^T) @ features, without slicing a [B, F, D] result
-            d_gram = tf.transpose(tf.gather(padded, index[rows].reshape(-1)))
-            return tf.matmul(tf.reshape(d_gram, [-1, len(index[rows]), num_features]), features)
-
-        d_bottom = d_output[:, :dim] + tf.reshape(d_feature_rows(slice(0, 1)), [-1, dim])
-        return d_bottom, d_feature_rows(slice(1, None))
+        d_pairs = d_output[:, dim:]
+        d_bottom = d_output[:, :dim] + tf.reshape(_gram_gradient_rows(d_pairs, features, slice(0, 1)), [-1, dim])
+        return d_bottom, _gram_gradient_rows(d_pairs, features, slice(1, None))
 
     return output, gradient
+
+
+@tf.autograph.experimental.do_not_convert
+@tf.custom_gradient
+def embedding_dot_interaction(embedded: tf.Tensor) -> tf.Tensor:
+    """embedded [B, T, D] -> [B, T(T-1)/2]: the pairwise dot products of the embeddings alone."""
+    def gradient(d_output):
+        return _gram_gradient_rows(d_output, embedded, slice(None))
+
+    return _lower_triangle(embedded), gradient

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import tensorflow as tf
 
 from dlrm import dist
 from dlrm.config import Config, TrainConfig
 from dlrm.data.binary import BatchReader
+from dlrm.data.contract import contract_from_spec
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.embedding.base import EmbeddingCollection
 from dlrm.embedding.distributed import DistributedEmbedding
@@ -22,8 +23,10 @@ from dlrm.embedding.local import LocalEmbedding
 from dlrm.embedding.memory_check import check_plan_fits_machine
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import Plan, plan_embeddings
-from dlrm.features import one_hot_tables
+from dlrm.features import FeatureContract
 from dlrm.model.dlrm import RecommenderModel, build_model
+from dlrm.model.shape_rules import check_model_shape
+from dlrm.train import checkpoint
 from dlrm.train.checkpoint import PieceSlots
 from dlrm.train.optimizers import LossScaledOptimizer, SparseOptimizer, build_optimizer
 from dlrm.train.schedule import ReferenceSchedule
@@ -50,20 +53,19 @@ def configure_tensorflow(train_cfg: TrainConfig) -> None:
     tf.keras.utils.set_random_seed(train_cfg.seed)
 
 
-def build_embeddings(config: Config, table_sizes: Sequence[int],
+def build_embeddings(config: Config, contract: FeatureContract,
                      group: dist.ProcessGroup) -> Tuple[EmbeddingCollection, Optional[Plan]]:
     """LocalEmbedding for one process; the planner's hybrid-parallel placement for several (with its plan).
 
     The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
     before anything is allocated."""
-    plan = plan_embeddings(one_hot_tables(table_sizes, config.model.embedding_dim), group.size, config.sharding,
+    plan = plan_embeddings(contract.tables, group.size, config.sharding,
                            optimizer_slots=slots_for_optimizer(config.optimizer.optimizer)
                            if config.train.mode == "train" else 0)  # eval and inference hold no slots
     check_plan_fits_machine(plan, group)
     if group.size == 1:
-        return LocalEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), seed=config.model.seed), None
-    return DistributedEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), plan, seed=config.model.seed,
-                                group=group), plan
+        return LocalEmbedding(contract.tables, seed=config.model.seed), None
+    return DistributedEmbedding(contract.tables, plan, seed=config.model.seed, group=group), plan
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Parts:
     config: Config
     group: dist.ProcessGroup
     spec: FeatureSpec
+    contract: FeatureContract  # the dataset's features, read once from `spec`
     embeddings: EmbeddingCollection
     model: RecommenderModel
     optimizer: Optional[Optimizer] = None  # train mode only
@@ -84,13 +87,8 @@ class Parts:
         return self.optimizer
 
     def model_shape(self) -> dict:
-        """What a checkpoint must agree with to be restored into this model."""
-        m = self.config.model
-        shape = {"arch": m.arch, "table_sizes": list(self.embeddings.table_sizes), "embedding_dim": m.embedding_dim,
-                 "bottom_mlp": list(m.bottom_mlp), "top_mlp": list(m.top_mlp)}
-        if m.arch == "dcnv2":
-            shape.update(num_cross_layers=m.num_cross_layers, cross_projection_dim=m.cross_projection_dim)
-        return shape
+        """What a checkpoint must agree with to be restored into this model (see `checkpoint.model_shape`)."""
+        return checkpoint.model_shape(self.config.model, self.contract)
 
     def checkpoint_variables(self, with_optimizer: bool) -> Tuple[Dict[str, Any], List[PieceSlots], List[PieceSlots]]:
         """(dense {key: var}, stored pieces, held pieces) with optimizer slots/state if requested.
@@ -133,15 +131,17 @@ def _readable(variable_name: str) -> str:
 
 def build_parts(config: Config, dataset_dir: str, group: dist.ProcessGroup, with_optimizer: bool) -> Parts:
     spec = FeatureSpec.load(dataset_dir).validate()
-    embeddings, plan = build_embeddings(config, spec.cardinalities, group)
-    model = build_model(config.model, embeddings, amp=config.train.amp, xla=config.train.xla)
+    contract = contract_from_spec(spec, config.model.embedding_dim, config.model.combiner)
+    check_model_shape(config.model, contract)  # before the plan: a model that cannot be built allocates nothing
+    embeddings, plan = build_embeddings(config, contract, group)
+    model = build_model(config.model, contract, embeddings, amp=config.train.amp, xla=config.train.xla)
     group.broadcast_variables(model.dense_variables, root_rank=0)  # replicas start equal
     optimizer = None
     if with_optimizer:
         optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=config.train.amp,
                                     all_ranks_true=group.all_ranks_true)
         optimizer.build(model.trainable_variables)  # eagerly: slots exist before tracing / restoring
-    return Parts(config, group, spec, embeddings, model, optimizer, plan)
+    return Parts(config, group, spec, contract, embeddings, model, optimizer, plan)
 
 
 def make_reader(parts: Parts, mapping: str, batch_size: int, partial_batch: str = "keep") -> BatchReader:

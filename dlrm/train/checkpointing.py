@@ -118,6 +118,6 @@ class Checkpoints:
         }
         assert self.root, "checkpoints are written only with --save_checkpoint_path"
         path = checkpoint.save_checkpoint(self.root, step, dense, stored, meta, keep=cfg.train.keep_checkpoints,
-                                          group=parts.group)
+                                          group=parts.group, table_names=parts.contract.table_names)
         self.log.event("checkpoint", step, path=path)
         return path

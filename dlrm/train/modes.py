@@ -100,6 +100,18 @@ def _run_mode(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunR
     raise ValueError(f"unknown mode {mode!r}")
 
 
+def log_features(parts: Parts, dataset_dir: str, log: MetricsLog) -> None:
+    """The start-up lines and the `features` record of the metrics log: the dataset's tables by name."""
+    contract, config = parts.contract, parts.config
+    log.message(f"{config.model.arch} on {dataset_dir}: {contract.num_numerical} numerical features, "
+                f"{contract.num_tables} tables ({sum(t.rows for t in contract.tables):,} rows), world size "
+                f"{parts.group.size}, mode {config.train.mode}")
+    log.message("tables: " + ", ".join(
+        f"{t.name} ({t.rows:,} x {t.dim}" + (f", {t.hotness}-hot {t.combiner}" if t.multi_hot else "") + ")"
+        for t in contract.tables))
+    log.event("features", 0, numerical=list(contract.numerical), tables=checkpoint.table_records(contract))
+
+
 def run(config: Config) -> RunResult:
     """Set up, then run `config.train.mode`. Raises a UserError (NonFiniteLossError, CheckpointError, DataError,
     Interrupted, PeerRankFailed, ...) on failure."""
@@ -111,8 +123,7 @@ def run(config: Config) -> RunResult:
         check_data(config, dataset_dir, group, log)
         parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train")
         bayes_auc = parts.spec.metadata.get("bayes_auc") if not config.data.dataset_dir else None
-        log.message(f"{config.model.arch} on {dataset_dir}: {len(parts.spec.cardinalities)} tables "
-                    f"({sum(parts.spec.cardinalities):,} rows), world size {group.size}, mode {config.train.mode}")
+        log_features(parts, dataset_dir, log)
         result = _run_mode(parts, log, bayes_auc)
         if result.auc is not None:
             versus = (f"; Bayes-optimal AUC of this synthetic dataset {bayes_auc:.5f} "

@@ -34,7 +34,7 @@ def restore(parts: Parts, source: str, training: bool) -> dict:
     if training:
         model_shape["optimizer"] = parts.config.optimizer.optimizer
     meta = checkpoint.restore_checkpoint(source, dense, held, model_shape=model_shape, strict=training,
-                                         group=parts.group)
+                                         group=parts.group, table_names=parts.contract.table_names)
     if training:
         step = int(meta["step"])
         iterations = int(parts.training_optimizer().iterations.numpy())

@@ -61,7 +61,8 @@ def assert_same_training(base: str, ref_base: str, world: int, optimizers: list)
             assert any(k.endswith("/accumulator") for k in want), sorted(want)[:10]
         # The comparison is not between two untouched initialisations: the rows of table 0 looked up
         # in these steps moved, the others (most of its 1500) still hold exactly their initial values.
-        unchanged = np.all(want["t0/value"] == initial_table_values(0, CARDINALITIES[0], DIM, SEED), axis=1)
+        initial = initial_table_values(0, CARDINALITIES[0], DIM, SEED)
+        unchanged = np.all(want["embedding/cat_0/value"] == initial, axis=1)
         assert unchanged.any() and not unchanged.all(), f"{optimizer}: {unchanged.sum()} rows of table 0 unchanged"
 
 

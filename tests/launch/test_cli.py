@@ -55,7 +55,7 @@ def test_every_flag_maps_to_its_field():
         "--train_mapping", "tr", "--test_mapping", "te", "--global_batch_size", "1024",
         "--valid_batch_size", "4096", "--partial_batch", "drop", "--prefetch_batches", "2",
         "--decode_threads", "3", "--skip_data_validation",
-        "--arch", "dcnv2", "--embedding_dim", "64", "--bottom_mlp_dims", "256-64",
+        "--arch", "dcnv2", "--embedding_dim", "64", "--combiner", "mean", "--bottom_mlp_dims", "256-64",
         "--top_mlp_dims", "512,256,1", "--dcn_num_layers", "2", "--dcn_low_rank_dim", "128",
         "--optimizer", "adam", "--learning_rate", "0.001", "--warmup_steps", "10",
         "--decay_start_step", "20", "--decay_steps", "30", "--decay_power", "1.5", "--end_learning_rate", "1e-5",
@@ -77,6 +77,7 @@ def test_every_flag_maps_to_its_field():
     assert (c.model.arch, c.model.embedding_dim, c.model.bottom_mlp, c.model.top_mlp) == \
         ("dcnv2", 64, (256, 64), (512, 256, 1))
     assert (c.model.num_cross_layers, c.model.cross_projection_dim, c.model.seed) == (2, 128, 42)
+    assert c.model.combiner == "mean" and Config().model.combiner == "sum"
     o = c.optimizer
     assert (o.optimizer, o.learning_rate, o.warmup_steps, o.decay_start_step, o.decay_steps,
             o.decay_power, o.end_learning_rate) == ("adam", 0.001, 10, 20, 30, 1.5, 1e-5)
@@ -104,7 +105,7 @@ def test_every_parser_flag_is_exercised_above():
     (["--global_batch_size", "0"], "positive integer"),
     (["--rank_memory", "lots"], "invalid size"),
     (["--top_mlp_dims", "64-2"], "must end in 1 unit"),
-    (["--dataset_path", "/d", "--embedding_dim", "64"], "bottom MLP (--bottom_mlp_dims) to end in the embedding dim"),
+    (["--combiner", "max"], "argument --combiner: invalid choice"),
     (["--mode", "eval"], "--restore_checkpoint_path"),
     # accepted silently before: each is now refused, naming the flag
     (["--decay_power", "-1"], "argument --decay_power: expected a positive number, got '-1'"),

@@ -7,14 +7,22 @@ import tensorflow as tf
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
-from dlrm.features import one_hot_tables
 from dlrm.model.dcnv2 import LowRankCrossNetwork
 from dlrm.model.dlrm import build_model
 from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, reference_dot_interaction
 from dlrm.model.mlp import MLP
+from dlrm.model.shape_rules import ModelShapeError
+from tests.support.contracts import one_hot_contract
 
 SIZES = [7, 3, 11, 5]
 DIM = 8
+CONTRACT = one_hot_contract(SIZES, DIM)
+
+
+def tiny_model(config, contract=CONTRACT, embedding_seed=None, **variants):
+    """`build_model` with a LocalEmbedding of the contract's tables (seeded as the model unless told)."""
+    seed = config.seed if embedding_seed is None else embedding_seed
+    return build_model(config, contract, LocalEmbedding(contract.tables, seed=seed), **variants)
 
 
 def tiny_config(arch="dlrm", seed=0):
@@ -22,11 +30,12 @@ def tiny_config(arch="dlrm", seed=0):
                        num_cross_layers=3, cross_projection_dim=4, seed=seed)
 
 
-def tiny_batch(batch, seed=0):
+def tiny_batch(batch, seed=0, contract=CONTRACT):
+    """(numerical [batch, n], one-hot ids [batch, T]) for a one-hot contract."""
     rng = np.random.default_rng(seed)
-    numerical = rng.normal(size=(batch, 13)).astype(np.float32)
-    categorical = np.stack([rng.integers(0, n, size=batch) for n in SIZES], axis=1).astype(np.int32)
-    return tf.constant(numerical), tf.constant(categorical)
+    numerical = rng.normal(size=(batch, contract.num_numerical)).astype(np.float32)
+    categorical = np.stack([rng.integers(0, t.rows, size=batch) for t in contract.tables], axis=1).astype(np.int32)
+    return tf.constant(numerical), tf.constant(categorical.reshape(batch, contract.num_tables))
 
 
 def numpy_dot_interaction(bottom, embedded):
@@ -126,7 +135,7 @@ def test_mlp_values_and_gradients_match_its_dense_layers_under_autodiff(policy, 
 
 @pytest.mark.parametrize("arch", ["dlrm", "dcnv2"])
 def test_model_gives_one_float32_logit_per_row_and_handles_empty_batches(arch):
-    model = build_model(tiny_config(arch), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
+    model = tiny_model(tiny_config(arch))
     logits = model(*tiny_batch(5))
     assert logits.shape == (5,) and logits.dtype == tf.float32
     assert np.isfinite(logits.numpy()).all()
@@ -142,7 +151,7 @@ def test_model_gives_one_float32_logit_per_row_and_handles_empty_batches(arch):
 
 
 def test_dcnv2_parameter_shapes():
-    model = build_model(tiny_config("dcnv2"), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
+    model = tiny_model(tiny_config("dcnv2"))
     cross_in = DIM + len(SIZES) * DIM
     assert [layer.kernel.shape for layer in model.cross.down] == [(cross_in, 4)] * 3
     assert [layer.kernel.shape for layer in model.cross.up] == [(4, cross_in)] * 3
@@ -150,13 +159,13 @@ def test_dcnv2_parameter_shapes():
 
 
 def test_same_seed_same_model_and_unique_variable_names():
-    a = build_model(tiny_config(seed=5), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=5))
-    b = build_model(tiny_config(seed=5), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=5))
+    a = tiny_model(tiny_config(seed=5))
+    b = tiny_model(tiny_config(seed=5))
     for va, vb in zip(a.trainable_variables, b.trainable_variables):
         np.testing.assert_array_equal(va.numpy(), vb.numpy())
     names = [v.name for v in a.trainable_variables]
     assert len(set(names)) == len(names), names
-    c = build_model(tiny_config(seed=6), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=6))
+    c = tiny_model(tiny_config(seed=6))
     assert not np.array_equal(a.top_mlp.dense_layers[0].kernel.numpy(),
                               c.top_mlp.dense_layers[0].kernel.numpy())
 
@@ -164,8 +173,8 @@ def test_same_seed_same_model_and_unique_variable_names():
 @pytest.mark.parametrize("arch", ["dlrm", "dcnv2"])
 @pytest.mark.parametrize("amp,xla", [(False, True), (True, False), (True, True)])
 def test_amp_and_xla_variants_match_float32(arch, amp, xla):
-    reference = build_model(tiny_config(arch), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
-    variant = build_model(tiny_config(arch), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0), amp=amp, xla=xla)
+    reference = tiny_model(tiny_config(arch))
+    variant = tiny_model(tiny_config(arch), amp=amp, xla=xla)
     batch = tiny_batch(6)
     expected = reference(*batch).numpy()
     with tf.GradientTape() as tape:
@@ -174,7 +183,7 @@ def test_amp_and_xla_variants_match_float32(arch, amp, xla):
     np.testing.assert_allclose(logits.numpy(), expected, rtol=0.05 if amp else 1e-4,
                                atol=0.05 if amp else 1e-5)
     grads = tape.gradient(logits, variant.trainable_variables)
-    for table, grad in zip(variant.embeddings.table_variables, grads):
+    for table, grad in zip(variant.embedding_variables, grads):
         assert isinstance(grad, tf.IndexedSlices) and grad.values.dtype == tf.float32
     assert all(v.dtype == tf.float32 for v in variant.trainable_variables)
     assert variant(*tiny_batch(0)).shape == (0,)
@@ -186,23 +195,22 @@ def test_dense_variables_exclude_model_parallel_embedding_variables():
         def model_parallel_variables(self):
             return self.table_variables[:2]
 
-    model = build_model(tiny_config(), ShardedLike(one_hot_tables(SIZES, DIM), seed=0))
+    model = build_model(tiny_config(), CONTRACT, ShardedLike(CONTRACT.tables, seed=0))
     dense = {v.ref() for v in model.dense_variables}
-    assert all(t.ref() not in dense for t in model.embeddings.table_variables[:2])
-    assert all(t.ref() in dense for t in model.embeddings.table_variables[2:])
+    assert all(t.ref() not in dense for t in model.embedding_variables[:2])
+    assert all(t.ref() in dense for t in model.embedding_variables[2:])
     assert len(model.dense_variables) == len(model.trainable_variables) - 2
     assert len(model.embedding_variables) == len(SIZES)
 
 
 def test_configuration_errors_are_explained():
-    with pytest.raises(ValueError, match="bottom MLP .* to end in the embedding dim"):
-        build_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(16, 4), top_mlp=(8, 1)),
-                    LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
+    with pytest.raises(ModelShapeError, match=r"every table's dim must equal the bottom MLP's last layer \(4, "
+                                              r"--bottom_mlp_dims\); differing: 'cat_0' \(dim 8\), 'cat_1'"):
+        tiny_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(16, 4), top_mlp=(8, 1)))
     with pytest.raises(ValueError, match="arch"):
-        build_model(ModelConfig(arch="wide", embedding_dim=DIM), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
+        tiny_model(ModelConfig(arch="wide", embedding_dim=DIM))
     with pytest.raises(ValueError, match="1 unit"):
-        build_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(DIM,), top_mlp=(8, 2)),
-                    LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0))
+        tiny_model(ModelConfig(embedding_dim=DIM, bottom_mlp=(DIM,), top_mlp=(8, 2)))
 
 
 def test_amp_computes_in_bfloat16_on_cpu_with_float32_variables():
@@ -212,8 +220,8 @@ def test_amp_computes_in_bfloat16_on_cpu_with_float32_variables():
     assert compute_dtype(False) == tf.float32 and keras_policy(False) == "float32"
     assert compute_dtype(True) == tf.bfloat16 and keras_policy(True) == "mixed_bfloat16"
     assert not needs_loss_scaling(True) and not needs_loss_scaling(False)
-    model = build_model(tiny_config(), LocalEmbedding(one_hot_tables(SIZES, DIM), seed=0), amp=True)
+    model = tiny_model(tiny_config(), amp=True)
     assert model.dense_dtype == tf.bfloat16
     assert model.top_mlp.dense_layers[0].compute_dtype == "bfloat16"
     assert model.top_mlp.dense_layers[0].kernel.dtype == tf.float32
-    assert all(t.dtype == tf.float32 for t in model.embeddings.table_variables)
+    assert all(t.dtype == tf.float32 for t in model.embedding_variables)

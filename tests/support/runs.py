@@ -53,4 +53,4 @@ def assert_same_final_weights(reference_root, resumed_root, step=MAX_STEPS):
     assert len(reference) > 20 and reference.keys() == resumed.keys()
     different = [key for key in reference if not np.array_equal(reference[key], resumed[key])]
     assert different == []
-    assert any(key.startswith("t") and not key.endswith("/value") for key in reference)  # optimizer slots too
+    assert any(key.startswith("embedding/") and not key.endswith("/value") for key in reference)  # slots too

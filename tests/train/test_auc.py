@@ -6,11 +6,11 @@ import pytest
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
-from dlrm.features import one_hot_tables
 from dlrm.metrics import exact_auc, log_loss_from_logits
 from dlrm.model.dlrm import build_model
 from dlrm.train.evaluation import predict_batches
 from dlrm.train.step import make_predict_step
+from tests.support.contracts import one_hot_contract
 
 
 def brute_force_auc(labels, scores):
@@ -57,9 +57,9 @@ Batch = namedtuple("Batch", "numerical categorical label global_rows")
 
 
 def test_predict_batches_collects_every_row_including_empty_batches():
-    sizes = [4, 6]
-    model = build_model(ModelConfig(embedding_dim=4, bottom_mlp=(8, 4), top_mlp=(8, 1)),
-                        LocalEmbedding(one_hot_tables(sizes, 4), seed=0))
+    contract = one_hot_contract([4, 6], 4)
+    model = build_model(ModelConfig(embedding_dim=4, bottom_mlp=(8, 4), top_mlp=(8, 1)), contract,
+                        LocalEmbedding(contract.tables, seed=0))
     rng = np.random.default_rng(0)
     batches = []
     for b in (5, 0, 3):

@@ -13,7 +13,10 @@ from dlrm.train.checkpoint import CheckpointError
 
 SINGLE = single_process()  # a world of one, without Horovod
 
-SHAPE = {"table_sizes": [10, 7], "embedding_dim": 4}
+NAMES = ["cat_0", "cat_1"]
+SHAPE = {"num_numerical": 13, "tables": [{"name": name, "rows": rows, "dim": 4, "hotness": 1, "combiner": "sum"}
+                                         for name, rows in zip(NAMES, [10, 7])]}
+ONE_PROCESS = {"group": SINGLE, "table_names": NAMES}
 
 
 def _tables(seed):
@@ -51,7 +54,7 @@ def _dense(seed):
 
 def _save(root, step, dense, pieces, keep=3, **meta):
     meta = dict({"model_shape": SHAPE, "reader": {"epoch": 0, "batch": step}}, **meta)
-    return ckpt.save_checkpoint(root, step, dense, pieces, meta, keep=keep, group=SINGLE)
+    return ckpt.save_checkpoint(root, step, dense, pieces, meta, keep=keep, **ONE_PROCESS)
 
 
 def test_round_trip_restores_everything(tmp_path):
@@ -60,12 +63,12 @@ def test_round_trip_restores_everything(tmp_path):
     path = _save(str(tmp_path), 100, dense, _pieces({"value": values, "accumulator": accum}, WHOLE),
                  reader={"epoch": 1, "batch": 42}, seed=5)
     assert open(tmp_path / "latest").read().strip() == "step_00000100"
-    assert os.path.isfile(tmp_path / "step_00000100/embedding/t1/accumulator/r0-7_c0-4.npy")
+    assert os.path.isfile(tmp_path / "step_00000100/embedding/cat_1/accumulator/r0-7_c0-4.npy")
 
     fresh_dense = {k: tf.Variable(tf.zeros_like(v)) for k, v in dense.items()}
     fresh = _zero_pieces(["value", "accumulator"], WHOLE)
     meta = ckpt.restore_checkpoint(ckpt.find_checkpoint(str(tmp_path)), fresh_dense, fresh, model_shape=SHAPE,
-                                   group=SINGLE)
+                                   **ONE_PROCESS)
     assert ckpt.find_checkpoint(str(tmp_path)) == path
     assert (meta["step"], meta["reader"], meta["seed"]) == (100, {"epoch": 1, "batch": 42}, 5)
     for key in dense:
@@ -83,7 +86,7 @@ def test_big_pieces_save_and_restore_in_row_chunks(tmp_path, monkeypatch, saved_
     values, accum = _tables(6), _tables(7)
     _save(str(tmp_path), 1, {}, _pieces({"value": values, "accumulator": accum}, saved_layout))
     fresh = _zero_pieces(["value", "accumulator"], restored_layout)
-    ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, group=SINGLE)
+    ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, **ONE_PROCESS)
     for piece, slots in fresh:
         rows, cols = slice(piece.row_start, piece.row_end), slice(piece.col_start, piece.col_end)
         np.testing.assert_array_equal(slots["value"].numpy(), values[piece.table][rows, cols])
@@ -95,7 +98,7 @@ def test_restore_reslices_pieces_for_another_plan(tmp_path, saved_layout, restor
     values = _tables(4)
     _save(str(tmp_path), 1, {}, _pieces({"value": values}, saved_layout))
     fresh = _zero_pieces(["value"], restored_layout)
-    ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, group=SINGLE)
+    ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, **ONE_PROCESS)
     for piece, slots in fresh:
         expected = values[piece.table][piece.row_start:piece.row_end, piece.col_start:piece.col_end]
         np.testing.assert_array_equal(slots["value"].numpy(), expected)
@@ -104,9 +107,9 @@ def test_restore_reslices_pieces_for_another_plan(tmp_path, saved_layout, restor
 def test_read_region_refuses_an_uncovered_region(tmp_path):
     values = _tables(5)
     _save(str(tmp_path), 1, {}, _pieces({"value": values}, SLICED))
-    os.remove(tmp_path / "step_00000001/embedding/t1/value/r4-7_c0-4.npy")
+    os.remove(tmp_path / "step_00000001/embedding/cat_1/value/r4-7_c0-4.npy")
     with pytest.raises(CheckpointError, match="cover 16 of the 28 cells"):
-        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), group=SINGLE)
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), **ONE_PROCESS)
 
 
 def test_leftover_tmp_dir_and_torn_latest_are_never_loaded(tmp_path):
@@ -146,7 +149,7 @@ def test_failure_while_writing_leaves_previous_checkpoint_current(tmp_path):
     assert ckpt.complete_checkpoints(root) == ["step_00000010"]
     assert sorted(os.listdir(root)) == ["latest", "step_00000010"]  # no step_00000020.tmp left behind
     fresh = _zero_pieces(["value"], WHOLE)
-    ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, fresh, group=SINGLE)
+    ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, fresh, **ONE_PROCESS)
     np.testing.assert_array_equal(fresh[0][1]["value"].numpy(), first[0])
 
 
@@ -159,25 +162,25 @@ def test_keeps_only_the_last_k(tmp_path):
 def test_refuses_a_checkpoint_for_another_model(tmp_path):
     _save(str(tmp_path), 1, _dense(1), _pieces({"value": _tables(1)}, WHOLE))
     path = ckpt.find_checkpoint(str(tmp_path))
-    other_shape = {"table_sizes": [10, 8], "embedding_dim": 4}
-    with pytest.raises(CheckpointError, match=r"table_sizes is \[10, 7\] there and \[10, 8\] here"):
-        ckpt.restore_checkpoint(path, _dense(1), _zero_pieces(["value"], WHOLE), model_shape=other_shape, group=SINGLE)
+    other_shape = dict(SHAPE, tables=[SHAPE["tables"][0], dict(SHAPE["tables"][1], rows=8)])
+    with pytest.raises(CheckpointError, match="table 'cat_1' has rows 7 there and 8 here"):
+        ckpt.restore_checkpoint(path, _dense(1), _zero_pieces(["value"], WHOLE), model_shape=other_shape, **ONE_PROCESS)
     wrong_dense = dict(_dense(1), d000_kernel=tf.Variable(np.zeros((3, 6), np.float32)))
     with pytest.raises(CheckpointError, match="'d000_kernel' has shape"):
-        ckpt.restore_checkpoint(path, wrong_dense, _zero_pieces(["value"], WHOLE), model_shape=SHAPE, group=SINGLE)
+        ckpt.restore_checkpoint(path, wrong_dense, _zero_pieces(["value"], WHOLE), model_shape=SHAPE, **ONE_PROCESS)
     with pytest.raises(CheckpointError, match="no slot 'accumulator'"):
-        ckpt.restore_checkpoint(path, _dense(1), _zero_pieces(["value", "accumulator"], WHOLE), group=SINGLE)
+        ckpt.restore_checkpoint(path, _dense(1), _zero_pieces(["value", "accumulator"], WHOLE), **ONE_PROCESS)
     # evaluation asks for weights only: the optimizer slot in the checkpoint is not an error then
     ckpt.restore_checkpoint(path, {"d000_kernel": tf.Variable(np.zeros((3, 5), np.float32))},
-                            _zero_pieces(["value"], WHOLE), strict=False, group=SINGLE)
+                            _zero_pieces(["value"], WHOLE), strict=False, **ONE_PROCESS)
 
 
 def test_pickled_arrays_are_refused(tmp_path):
     _save(str(tmp_path), 1, {}, _pieces({"value": _tables(1)}, WHOLE))
-    target = tmp_path / "step_00000001/embedding/t0/value/r0-10_c0-4.npy"
+    target = tmp_path / "step_00000001/embedding/cat_0/value/r0-10_c0-4.npy"
     np.save(target, np.array([{"evil": 1}] * 10, dtype=object).reshape(10, 1), allow_pickle=True)
     with pytest.raises(CheckpointError, match="r0-10_c0-4.npy: not a plain numeric .npy array"):
-        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), group=SINGLE)
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), **ONE_PROCESS)
 
 
 def test_meta_is_plain_json(tmp_path):
@@ -185,3 +188,18 @@ def test_meta_is_plain_json(tmp_path):
     meta = json.loads(open(os.path.join(path, "meta.json")).read())
     assert meta["dense_shapes"] == {"d000_kernel": [3, 5], "d000_kernel.m": [3, 5], "optimizer_iterations": []}
     assert meta["model_shape"] == SHAPE and meta["step"] == 3
+
+
+def test_any_feature_name_gets_a_safe_directory_of_its_own(tmp_path):
+    names = ["a/b", ".."]
+    assert [ckpt.table_dir_name(name) for name in names] == ["a%2Fb", "%2E."]
+    values = _tables(8)
+    ckpt.save_checkpoint(str(tmp_path), 1, {}, _pieces({"value": values}, WHOLE), {}, group=SINGLE,
+                         table_names=names)
+    assert sorted(os.listdir(tmp_path / "step_00000001/embedding")) == ["%2E.", "a%2Fb"]
+    fresh = _zero_pieces(["value"], WHOLE)
+    ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, group=SINGLE, table_names=names)
+    for piece, slots in fresh:
+        np.testing.assert_array_equal(slots["value"].numpy(), values[piece.table])
+    with pytest.raises(CheckpointError, match=r"has no table 'c' \(its tables: \['a/b', '..'\]\)"):
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, group=SINGLE, table_names=["a/b", "c"])

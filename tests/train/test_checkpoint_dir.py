@@ -77,6 +77,9 @@ def _lock_is_free(root: str) -> bool:
         return lock.acquire() is None and lock.held
 
 
+TABLE_NAMES = ["t0", "t1"]
+
+
 def _pieces(rows: int, value: float, table: int = 0):
     return [(TablePiece(table, 0, rows, 0, 64), {"value": tf.Variable(np.full((rows, 64), value, np.float32))})]
 
@@ -86,8 +89,8 @@ def _dense():
 
 
 def _save(root, step, pieces, dense=None):
-    meta = {"model_shape": {"table_sizes": [pieces[0][0].row_end], "embedding_dim": 64}}
-    return ckpt.save_checkpoint(root, step, dense or {}, pieces, meta, group=SINGLE)
+    meta = {"model_shape": {"tables": [{"name": "t0", "rows": pieces[0][0].row_end, "dim": 64}]}}
+    return ckpt.save_checkpoint(root, step, dense or {}, pieces, meta, group=SINGLE, table_names=TABLE_NAMES)
 
 
 # --------------------------------------------------------------------------------- start-up checks
@@ -174,7 +177,7 @@ def test_disk_full_names_the_file_and_enospc_and_keeps_the_previous_checkpoint(t
         assert sorted(os.listdir(root)) == ["latest", "step_00000001"]
         assert open(os.path.join(root, "latest")).read() == "step_00000001\n"
         restored = _pieces(10, 0.0)
-        ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, restored, group=SINGLE)
+        ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, restored, group=SINGLE, table_names=TABLE_NAMES)
         np.testing.assert_array_equal(restored[0][1]["value"].numpy(), np.ones((10, 64), np.float32))
 
 
@@ -292,5 +295,5 @@ def test_a_piece_missing_on_one_rank_stops_both_ranks_at_restore_with_one_messag
     run = run_ranks(2, worker_argv("checkpoint_dir", "restore", root), timeout=120).check()
     assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
     assert run.results[1]["outcome"] == "CheckpointError"
-    assert re.match(r"^error: rank 1: checkpoint .* has no slot 'value' for table 1 .*\(host .*\)$",
+    assert re.match(r"^error: rank 1: checkpoint .* has no slot 'value' for table 't1' .*\(host .*\)$",
                     run.results[1]["printed"]), run.results[1]

@@ -182,16 +182,17 @@ def train_tiny_model(name, steps=2, amp=False, xla=False):
     """A few steps of the real model + optimizer; returns (model, initial table values)."""
     from dlrm.config import ModelConfig
     from dlrm.embedding.local import LocalEmbedding
-    from dlrm.features import one_hot_tables
     from dlrm.model.dlrm import build_model
+    from tests.support.contracts import one_hot_contract
 
-    model = build_model(ModelConfig(embedding_dim=4, bottom_mlp=(8, 4), top_mlp=(8, 1), seed=1),
-                        LocalEmbedding(one_hot_tables([20, 30], 4), seed=1), amp=amp, xla=xla)
+    contract = one_hot_contract([20, 30], 4)
+    model = build_model(ModelConfig(embedding_dim=4, bottom_mlp=(8, 4), top_mlp=(8, 1), seed=1), contract,
+                        LocalEmbedding(contract.tables, seed=1), amp=amp, xla=xla)
     optimizer = build_optimizer(OptimizerConfig(**{**CONSTANT.__dict__, "optimizer": name}),
                                 ReferenceSchedule(CONSTANT))
     variables = model.trainable_variables
     optimizer.build(variables)
-    initial = [t.numpy().copy() for t in model.embeddings.table_variables]
+    initial = [t.numpy().copy() for t in model.embedding_variables]
     rng = np.random.default_rng(0)
     numerical = tf.constant(rng.normal(size=(6, 13)).astype(np.float32))
     categorical = tf.constant([[0, 5], [3, 5], [3, 7], [0, 29], [3, 5], [19, 7]], tf.int32)
@@ -212,7 +213,7 @@ def train_tiny_model(name, steps=2, amp=False, xla=False):
 @pytest.mark.parametrize("name,amp,xla", [("sgd", True, True), ("adagrad", False, True), ("adam", True, False)])
 def test_model_training_updates_only_looked_up_rows(name, amp, xla):
     model, optimizer, initial, ids = train_tiny_model(name, amp=amp, xla=xla)
-    for t, table in enumerate(model.embeddings.table_variables):
+    for t, table in enumerate(model.embedding_variables):
         used = np.unique(ids[:, t])
         unused = np.setdiff1d(np.arange(table.shape[0]), used)
         np.testing.assert_array_equal(table.numpy()[unused], initial[t][unused])

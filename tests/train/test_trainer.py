@@ -58,7 +58,7 @@ def test_few_steps_train_evaluate_log_and_checkpoint(synthetic_dir, tmp_path, ar
     meta = checkpoint.read_meta(result.checkpoint)
     assert meta["step"] == 6 and meta["reader"]["batch"] == 6 % meta["reader"]["steps_per_epoch"]
     assert meta["model_shape"]["arch"] == arch and meta["optimizer"]["name"] == optimizer
-    slots = set(os.listdir(os.path.join(result.checkpoint, "embedding", "t0")))
+    slots = set(os.listdir(os.path.join(result.checkpoint, "embedding", "cat_0")))
     assert slots == {"sgd": set(), "adagrad": {"accumulator"}, "adam": {"m", "v"}}[optimizer] | {"value"}
 
 

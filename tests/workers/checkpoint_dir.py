@@ -40,6 +40,9 @@ def _prepare(args, comm) -> dict:
     return {"lock_held": held, "pid": os.getpid()}
 
 
+TABLE_NAMES = ["t0", "t1"]  # rank r saves table r
+
+
 def _save(args, comm) -> dict:
     import tensorflow as tf
 
@@ -47,10 +50,10 @@ def _save(args, comm) -> dict:
         table = TablePiece(comm.rank, 0, rows, 0, 64)
         return [(table, {"value": tf.Variable(np.full((rows, 64), step, np.float32))})]
 
-    meta = {"model_shape": {"table_sizes": [4, 4], "embedding_dim": 64}}
-    checkpoint.save_checkpoint(args.root, 1, {}, piece(1, 4), meta, group=comm)
+    meta = {"model_shape": {"tables": [{"name": name, "rows": 4, "dim": 64} for name in TABLE_NAMES]}}
+    checkpoint.save_checkpoint(args.root, 1, {}, piece(1, 4), meta, group=comm, table_names=TABLE_NAMES)
     rows = args.rows_of_rank_1 if comm.rank == 1 else 4
-    checkpoint.save_checkpoint(args.root, 2, {}, piece(2, rows), meta, group=comm)
+    checkpoint.save_checkpoint(args.root, 2, {}, piece(2, rows), meta, group=comm, table_names=TABLE_NAMES)
     return {}
 
 
@@ -60,12 +63,13 @@ def _restore(args, comm) -> dict:
 
     table = TablePiece(comm.rank, 0, 4, 0, 64)
     variable = tf.Variable(np.ones((4, 64), np.float32))
-    meta = {"model_shape": {"table_sizes": [4, 4], "embedding_dim": 64}}
-    path = checkpoint.save_checkpoint(args.root, 1, {}, [(table, {"value": variable})], meta, group=comm)
+    meta = {"model_shape": {"tables": [{"name": name, "rows": 4, "dim": 64} for name in TABLE_NAMES]}}
+    path = checkpoint.save_checkpoint(args.root, 1, {}, [(table, {"value": variable})], meta, group=comm,
+                                      table_names=TABLE_NAMES)
     if comm.rank == 1:
         os.remove(os.path.join(path, "embedding", "t1", "value", checkpoint.piece_file_name(table)))
     comm.barrier()
-    checkpoint.restore_checkpoint(path, {}, [(table, {"value": variable})], group=comm)
+    checkpoint.restore_checkpoint(path, {}, [(table, {"value": variable})], group=comm, table_names=TABLE_NAMES)
     return {}
 
 

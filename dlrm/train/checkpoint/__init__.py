@@ -4,7 +4,7 @@
 <root>/latest                                   name of the last complete checkpoint
 <root>/step_00000100/meta.json                  step, world size, reader position, shapes, config
 <root>/step_00000100/dense/<key>.npy            data-parallel variables and their slots (rank 0)
-<root>/step_00000100/embedding/t<table>/<slot>/r<row0>-<row1>_c<col0>-<col1>.npy
+<root>/step_00000100/embedding/<table name>/<slot>/r<row0>-<row1>_c<col0>-<col1>.npy
 ```
 
 Protocol: rank 0 clears a stale `step_X.tmp` and creates it; the ranks agree; every rank writes its
@@ -17,8 +17,10 @@ stops with one message (`protocol.raise_agreed`).
 
 A run holds `<root>/lock` (see `prepare_checkpoint_dir`) so two runs never write one directory.
 
-Restore fills each *held* piece from the saved pieces that overlap it, so a checkpoint written by one
-plan / world size restores into another.
+Restore fills each *held* piece from the saved pieces of its table (found by the table's name) that
+overlap it, so a checkpoint written by one plan / world size restores into another. Checkpoints of
+format 1 (tables by position, `embedding/t<i>/`) still restore: table i of the model reads `t<i>`.
+`model_shape` records and compares the model's tables by name, numerical features and dense sizes.
 
 Modules by job: `files` (names, .npy writing, reading regions), `directory` (lock, writable and space
 checks, publishing, pruning, finding), `protocol` (save / restore / prepare with every rank together).
@@ -42,7 +44,9 @@ from dlrm.train.checkpoint.files import (
     read_region,
     saved_pieces,
     step_dir_name,
+    table_dir_name,
 )
+from dlrm.train.checkpoint.model_shape import model_shape, table_records
 from dlrm.train.checkpoint.protocol import (
     FORMAT_VERSION,
     check_compatible,
@@ -56,5 +60,6 @@ __all__ = [
     "LATEST", "LOCK", "META", "FORMAT_VERSION", "FILE_OVERHEAD_BYTES", "META_BYTES", "CheckpointDirLock",
     "CheckpointError", "PieceSlots", "check_compatible", "checkpoint_bytes", "complete_checkpoints",
     "find_checkpoint", "piece_file_name", "prepare_checkpoint_dir", "read_arrays", "read_meta", "read_region",
-    "restore_checkpoint", "save_checkpoint", "saved_pieces", "step_dir_name",
+    "model_shape", "restore_checkpoint", "save_checkpoint", "saved_pieces", "step_dir_name", "table_dir_name",
+    "table_records",
 ]

@@ -76,10 +76,18 @@ def check_key(key: str, what: str) -> None:
         raise ValueError(f"{what} {key!r} is not a safe file name (letters, digits, '_', '.', '-')")
 
 
-def write_pieces(directory: str, stored_pieces: Sequence[PieceSlots]) -> None:
-    """Every slot of every piece as `<directory>/embedding/t<table>/<slot>/<piece file>`."""
+def table_dir_name(name: str) -> str:
+    """A table's directory under `embedding/`: its name, with any character outside [A-Za-z0-9_.-] (and a
+    leading '.') written as %XX, so every feature name gives one safe directory of its own."""
+    safe = "".join(c if (c.isascii() and c.isalnum()) or c in "_-." else "".join(f"%{b:02X}" for b in c.encode())
+                   for c in name)
+    return "%2E" + safe[1:] if safe.startswith(".") else safe
+
+
+def write_pieces(directory: str, stored_pieces: Sequence[PieceSlots], table_names: Sequence[str]) -> None:
+    """Every slot of every piece as `<directory>/embedding/<table name>/<slot>/<piece file>`."""
     for piece, slots in stored_pieces:
-        table_dir = os.path.join(directory, "embedding", f"t{piece.table}")
+        table_dir = os.path.join(directory, "embedding", table_dir_name(table_names[piece.table]))
         for slot, variable in slots.items():
             os.makedirs(os.path.join(table_dir, slot), exist_ok=True)
             _save_variable(os.path.join(table_dir, slot, piece_file_name(piece)), variable)
@@ -119,9 +127,10 @@ def _numpy_dtype(variable):
     return getattr(dtype, "as_numpy_dtype", dtype)  # tf.Variable or np.ndarray
 
 
-def saved_pieces(checkpoint_dir: str, table: int, slot: str) -> List[Tuple[TablePiece, str]]:
-    """(piece, file) of every saved piece of `table`'s `slot` (feed them to `read_region`)."""
-    directory = os.path.join(checkpoint_dir, "embedding", f"t{table}", slot)
+def saved_pieces(table_dir: str, table: int, slot: str) -> List[Tuple[TablePiece, str]]:
+    """(piece of table index `table`, file) of every piece of `slot` saved in `table_dir` (feed them to
+    `read_region`)."""
+    directory = os.path.join(table_dir, slot)
     if not os.path.isdir(directory):
         return []
     pieces = []

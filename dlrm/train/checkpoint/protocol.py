@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,10 +38,14 @@ from dlrm.train.checkpoint.files import (
     save_array,
     saved_pieces,
     step_dir_name,
+    table_dir_name,
     write_pieces,
 )
+from dlrm.train.checkpoint.model_shape import saved_model_shape, shape_mismatch
 
-FORMAT_VERSION = 1
+# Format 2 keys tables by name (`embedding/<name>/`); format 1 (still read) by position (`embedding/t<i>/`).
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
 
 
 def _attempt(action: Callable[[], None], what: str) -> Optional[str]:
@@ -75,7 +80,8 @@ def raise_agreed(group: ProcessGroup, problem: Optional[str], on_failure: Callab
     raise error
 
 
-def _write_dense_and_meta(tmp: str, step: int, dense: Mapping[str, Any], meta: Mapping) -> None:
+def _write_dense_and_meta(tmp: str, step: int, dense: Mapping[str, Any], meta: Mapping,
+                          table_names: Sequence[str]) -> None:
     dense_shapes = {}
     for key, variable in dense.items():
         check_key(key, "dense key")
@@ -83,7 +89,8 @@ def _write_dense_and_meta(tmp: str, step: int, dense: Mapping[str, Any], meta: M
         dense_shapes[key] = list(array.shape)
         save_array(os.path.join(tmp, "dense", f"{key}.npy"), array)
     full_meta = dict(meta)
-    full_meta.update(format_version=FORMAT_VERSION, step=int(step), dense_shapes=dense_shapes)
+    full_meta.update(format_version=FORMAT_VERSION, step=int(step), dense_shapes=dense_shapes,
+                     table_names=list(table_names))
     write_text_atomically(os.path.join(tmp, META), json.dumps(full_meta, indent=1, sort_keys=True))
 
 
@@ -96,11 +103,13 @@ def save_checkpoint(
     keep: int = 3,
     *,
     group: ProcessGroup,
+    table_names: Sequence[str],
 ) -> str:
     """Write checkpoint `step` under `root` with the protocol of the package docstring; returns its directory.
 
     `dense` maps a stable key to each data-parallel variable or slot (written by rank 0);
-    `stored_pieces` are the embedding pieces this rank writes; `meta` is JSON-serialisable run state.
+    `stored_pieces` are the embedding pieces this rank writes (piece.table indexes `table_names`, the
+    tables' names: their directories); `meta` is JSON-serialisable run state.
     Every rank must call this with the same `root` and `step`. A failed write (disk full, read-only,
     ...) on any rank raises on every rank, removes `step_X.tmp` and leaves `latest` and the previous
     checkpoints as they were.
@@ -117,9 +126,9 @@ def save_checkpoint(
         return f"; the partial {tmp} is removed, the last complete checkpoint is {find_checkpoint(root) or 'none'}"
 
     raise_agreed(group, _attempt(lambda: make_tmp_dir(root, tmp), what) if primary else None, remove_tmp)
-    problem = _attempt(lambda: write_pieces(tmp, stored_pieces), what)
+    problem = _attempt(lambda: write_pieces(tmp, stored_pieces, table_names), what)
     if primary and problem is None:
-        problem = _attempt(lambda: _write_dense_and_meta(tmp, step, dense, meta), what)
+        problem = _attempt(lambda: _write_dense_and_meta(tmp, step, dense, meta, table_names), what)
     raise_agreed(group, problem, remove_tmp)  # every rank's pieces are on disk
     raise_agreed(group, _attempt(lambda: publish(root, tmp, final, step, keep), what) if primary else None,
                  remove_tmp)
@@ -150,11 +159,20 @@ def prepare_checkpoint_dir(root: str, expected_bytes: int, group: ProcessGroup) 
     return lock
 
 
+def _saved_table_dirs(directory: str, meta: Mapping) -> List[Tuple[str, str]]:
+    """(table name, its directory) of every table a checkpoint saved (format 1: named `t<i>`)."""
+    if meta.get("format_version") == 1:
+        found = [name for name in os.listdir(os.path.join(directory, "embedding")) if re.fullmatch(r"t\d+", name)]
+        return [(name, os.path.join(directory, "embedding", name)) for name in sorted(found, key=lambda n: int(n[1:]))]
+    return [(name, os.path.join(directory, "embedding", table_dir_name(name))) for name in meta["table_names"]]
+
+
 def read_arrays(path: str) -> dict:
     """Every array of a checkpoint, whole tables assembled from their pieces (any world size).
 
-    Keys: `dense/<key>`, `t<table>/<slot>` (`value` = the weights). Loads whole tables into memory:
-    meant for inspection, export and tests on models that fit one host, not for the t0 model.
+    Keys: `dense/<key>`, `embedding/<table name>/<slot>` (`value` = the weights; format 1: tables named
+    `t<i>`). Loads whole tables into memory: meant for inspection, export and tests on models that fit
+    one host, not for the t0 model.
     """
     directory = find_checkpoint(path)
     if directory is None:
@@ -162,23 +180,21 @@ def read_arrays(path: str) -> dict:
     meta = read_meta(directory)
     arrays = {f"dense/{key}": np.load(os.path.join(directory, "dense", f"{key}.npy"), allow_pickle=False)
               for key in meta["dense_shapes"]}
-    dim = int(meta["model_shape"]["embedding_dim"])
-    for table, rows in enumerate(meta["model_shape"]["table_sizes"]):
-        for slot in sorted(os.listdir(os.path.join(directory, "embedding", f"t{table}"))):
-            arrays[f"t{table}/{slot}"] = read_region(saved_pieces(directory, table, slot),
-                                                     TablePiece(table, 0, int(rows), 0, dim))
+    for table, (name, table_dir) in enumerate(_saved_table_dirs(directory, meta)):
+        for slot in sorted(os.listdir(table_dir)):
+            saved = saved_pieces(table_dir, table, slot)
+            whole = TablePiece(table, 0, max(p.row_end for p, _ in saved), 0, max(p.col_end for p, _ in saved))
+            arrays[f"embedding/{name}/{slot}"] = read_region(saved, whole)
     return arrays
 
 
 def check_compatible(meta: Mapping, model_shape: Mapping, checkpoint_dir: str) -> None:
-    """Refuse a checkpoint whose model shape (tables, dim, dense shapes) differs from ours."""
-    saved = meta.get("model_shape")
-    for key, ours in model_shape.items():
-        theirs = None if saved is None else saved.get(key)
-        if theirs != ours:
-            raise CheckpointError(
-                f"checkpoint {checkpoint_dir} was written for a different model: {key} is {theirs!r} there "
-                f"and {ours!r} here; use a matching configuration or another checkpoint")
+    """Refuse a checkpoint whose model shape (tables by name, numerical features, dense sizes) differs from ours."""
+    problem = shape_mismatch(saved_model_shape(meta, [t["name"] for t in model_shape.get("tables", [])]),
+                             model_shape)
+    if problem:
+        raise CheckpointError(f"checkpoint {checkpoint_dir} was written for a different model: {problem}; use a "
+                              f"matching configuration or another checkpoint")
 
 
 def restore_checkpoint(
@@ -189,8 +205,12 @@ def restore_checkpoint(
     strict: bool = True,
     *,
     group: ProcessGroup,
+    table_names: Sequence[str],
 ) -> dict:
     """Fill `dense` variables and every held piece's slots from `checkpoint_dir`; returns its meta.
+
+    Pieces are found by their table's name (`table_names[piece.table]`); in a format-1 checkpoint by
+    position (table i of `table_names` is its `t<i>`).
 
     With `strict=False` the checkpoint may hold more than asked for (evaluation restores weights only,
     not optimizer slots); anything asked for must be there either way. Each rank reads its own pieces,
@@ -198,7 +218,7 @@ def restore_checkpoint(
     """
     meta, problem = {}, None
     try:
-        meta = _restore(checkpoint_dir, dense, held_pieces, model_shape, strict)
+        meta = _restore(checkpoint_dir, dense, held_pieces, model_shape, strict, table_names)
     except (CheckpointError, OSError, ValueError) as error:
         problem = str(error)
     raise_agreed(group, problem)
@@ -206,21 +226,33 @@ def restore_checkpoint(
 
 
 def _restore(checkpoint_dir: str, dense: Mapping[str, Any], held_pieces: Sequence[PieceSlots],
-             model_shape: Optional[Mapping], strict: bool) -> dict:
+             model_shape: Optional[Mapping], strict: bool, table_names: Sequence[str]) -> dict:
     meta = read_meta(checkpoint_dir)
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_FORMATS:
         raise CheckpointError(f"{checkpoint_dir}: unsupported checkpoint format {meta.get('format_version')!r}")
     if model_shape is not None:
         check_compatible(meta, model_shape, checkpoint_dir)
     _restore_dense(checkpoint_dir, meta["dense_shapes"], dense, strict)
     for piece, slots in held_pieces:
+        table_dir = _held_table_dir(checkpoint_dir, meta, table_names, piece.table)
         for slot, variable in slots.items():
-            saved = saved_pieces(checkpoint_dir, piece.table, slot)
+            saved = saved_pieces(table_dir, piece.table, slot)
             if not saved:
-                raise CheckpointError(f"checkpoint {checkpoint_dir} has no slot {slot!r} for table {piece.table} "
-                                      f"(written with another optimizer?)")
+                raise CheckpointError(f"checkpoint {checkpoint_dir} has no slot {slot!r} for table "
+                                      f"{table_names[piece.table]!r} (written with another optimizer?)")
             restore_variable(variable, saved, piece)
     return meta
+
+
+def _held_table_dir(checkpoint_dir: str, meta: Mapping, table_names: Sequence[str], table: int) -> str:
+    """The directory of this model's table `table` in the checkpoint: by name, or by position in format 1."""
+    name = table_names[table]
+    found = os.path.join(checkpoint_dir, "embedding", f"t{table}" if meta.get("format_version") == 1
+                         else table_dir_name(name))
+    if not os.path.isdir(found):
+        saved = [saved_name for saved_name, _ in _saved_table_dirs(checkpoint_dir, meta)]
+        raise CheckpointError(f"checkpoint {checkpoint_dir} has no table {name!r} (its tables: {saved})")
+    return found
 
 
 def _restore_dense(checkpoint_dir: str, saved_dense: Mapping[str, list], dense: Mapping[str, Any],
