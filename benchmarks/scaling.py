@@ -14,10 +14,12 @@ are relative to the wall time of the same windows.
 
 Models (`--model`): `tiny` (default: the embedded demo's tiny preset, dim 16, global batch 4096) or
 `reference` (the reference DLRM dims: dim 128, bottom 512-256-128, top 1024-1024-512-256-1, global
-batch 8192, t15-shaped tables capped at 200k rows).
+batch 8192, t15-shaped tables capped at 200k rows) or `reference_multihot` (the same dims on the MLPerf
+DLRM-DCNv2 multi-hot hotness, Criteo 1TB tables capped at 200k rows).
 
 Usage (driver: generates data, alternates world sizes, writes JSON + markdown):
-    .venv/bin/python benchmarks/scaling.py [--model tiny|reference] [--rounds 2] [--windows 3] [--window_seconds 5]
+    .venv/bin/python benchmarks/scaling.py [--model tiny|reference|reference_multihot] [--rounds 2]
+        [--windows 3] [--window_seconds 5]
 The driver runs each world size `--rounds` times, alternating (1, 2, 1, 2, ...), and reports medians.
 """
 from __future__ import annotations
@@ -57,6 +59,11 @@ class BenchModel:
     preset: str
     max_rows: Optional[int] = None
 
+    def hotness(self) -> list:
+        from dlrm.data.criteo import preset_hotness
+
+        return list(preset_hotness(self.preset))
+
     def cardinalities(self) -> list:
         from dlrm.data.criteo import preset_cardinalities
 
@@ -68,6 +75,9 @@ MODELS = {
     "tiny": BenchModel("tiny", 16, "64-32-16", "256-128-1", 4096, 65536, "tiny"),
     "reference": BenchModel("reference", 128, "512-256-128", "1024-1024-512-256-1", 8192, 8 * 8192, "t15",
                             REFERENCE_MAX_ROWS),
+    # The same dims on the MLPerf DLRM-DCNv2 multi-hot hotness (Criteo 1TB tables, capped alike).
+    "reference_multihot": BenchModel("reference_multihot", 128, "512-256-128", "1024-1024-512-256-1", 8192,
+                                     8 * 8192, "mlperf", REFERENCE_MAX_ROWS),
 }
 
 
@@ -250,7 +260,7 @@ def main() -> None:
 
     model = MODELS[args.model]
     dataset = tempfile.mkdtemp(prefix="scaling_data_")
-    generate_dataset(dataset, model.cardinalities(), model.train_rows, 1024, seed=7)
+    generate_dataset(dataset, model.cardinalities(), model.train_rows, 1024, seed=7, hotness=model.hotness())
     runs = []
     for _ in range(args.rounds):
         for world in (1, 2):  # alternating, so machine noise hits both alike

@@ -317,7 +317,7 @@ def test_tables_over_rank_memory_are_refused_before_allocation_on_one_process(wi
                      timeout=180)
     assert run.returncode == 1, run.stderr[-3000:]
     line = assert_one_clean_message(run.stderr, "error:")
-    assert "table 0 (4,194,304 rows x 4 cols" in line and "need at least 64.01 MiB per rank" in line, line
+    assert "table 'cat_0' (4,194,304 rows x 4 cols" in line and "need at least 64.01 MiB per rank" in line, line
     assert "--rank_memory" in line
 
 

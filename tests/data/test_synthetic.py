@@ -1,6 +1,5 @@
 """Synthetic generator: deterministic, Zipf-like ids, recorded ground truth, learnable (LR beats chance)."""
 import json
-import os
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ from dlrm.data.lr_baseline import logistic_regression_auc
 from dlrm.data.synthetic import GROUND_TRUTH_FILE, ClickModel, generate_dataset, zipf_ids
 from dlrm.metrics import exact_auc
 from tests.support import ROOT
+from tests.support.datasets import files_of
 
 TINY = preset_cardinalities("tiny")
 
@@ -23,11 +23,6 @@ def tiny_dataset(tmp_path_factory):
     out = tmp_path_factory.mktemp("synthetic")
     spec = generate_dataset(str(out), TINY, train_rows=120_000, test_rows=40_000, seed=7, preset="tiny")
     return out, spec
-
-
-def files_of(root):
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
-            for d, _, names in os.walk(root) for f in names}
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):

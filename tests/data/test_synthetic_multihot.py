@@ -22,8 +22,8 @@ from dlrm.data.synthetic import (
 from dlrm.data.synthetic_model import bag_weights, build_click_model
 from dlrm.data.synthetic_sampling import GeneratorParams, bag_ids, sample_features
 from dlrm.metrics import exact_auc, log_loss_from_logits
-from tests.data.test_synthetic import files_of
 from tests.support import ROOT
+from tests.support.datasets import files_of
 
 CARDS = [50, 3000, 7, 900, 400, 1]
 HOTNESS = [1, 4, 1, 12, 2, 3]  # one-hot and multi-hot mixed, a one-row table among the bags

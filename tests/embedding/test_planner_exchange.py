@@ -147,3 +147,14 @@ def test_cli_reads_dims_hotness_and_combiners_from_a_feature_spec(tmp_path, caps
 def test_cli_refuses_per_table_lists_of_the_wrong_length(flags, message):
     with pytest.raises(UsageError, match=message):
         print_plan(["--table_rows", "10,20,30", *flags] + (["--world_size", "2"] if flags else []))
+
+
+def test_cli_plans_the_mlperf_preset_with_its_multi_hot_hotness(capsys):
+    from dlrm.data.criteo import MLPERF_HOTNESS
+
+    out = _json_out(capsys, "--preset", "mlperf", "--world_size", "8", "--global_batch_size", "65536")
+    hotness = [table["hotness"] for table in out["plan"]["tables"]]
+    assert hotness == list(MLPERF_HOTNESS) and max(hotness) == 100
+    assert max(table["rows"] for table in out["plan"]["tables"]) == 40_000_000
+    one_hot = _json_out(capsys, "--preset", "t0", "--world_size", "8", "--global_batch_size", "65536")
+    assert out["exchange"]["forward_max_bytes"] > one_hot["exchange"]["forward_max_bytes"]  # bags send more ids

@@ -1,7 +1,9 @@
 """N ranks compute what 1 rank computes: the project's main correctness test (real processes).
 
-One tiny DLRM whose 26 tables are planned into all four layouts at N = 2 and N = 3 (table 0
-row-sliced, table 1 column-sliced, tables of <= 6 rows replicated, the rest whole) is trained with
+One tiny DLRM whose 26 tables, one-hot and multi-hot, are planned into all four layouts at N = 2 and
+N = 3 (multi-hot bags in each: cat_0 row-sliced with the mean combiner, cat_1 column-sliced, cat_2
+replicated, cat_4 table-wise with the mean; the one-hot tables of <= 6 rows replicated, the rest whole) is
+trained with
 the trainer's real code path (`dlrm.train.modes.run`: reader with per-rank slices, the real
 `tf.function` step, optimizer, checkpoint writer) for one epoch of 23 rows at global batch 7 — batches
 of 7, 7, 7 and a last one of 2 rows, so the per-rank batches are uneven and at N = 3 one rank gets no
@@ -28,6 +30,7 @@ from tests.support.hybrid import (
     DIM,
     SEED,
     STEPS,
+    TABLE_ORDER,
     TOLERANCE,
     assert_same_bits,
     checkpoint_arrays,
@@ -61,7 +64,7 @@ def assert_same_training(base: str, ref_base: str, world: int, optimizers: list)
             assert any(k.endswith("/accumulator") for k in want), sorted(want)[:10]
         # The comparison is not between two untouched initialisations: the rows of table 0 looked up
         # in these steps moved, the others (most of its 1500) still hold exactly their initial values.
-        initial = initial_table_values(0, CARDINALITIES[0], DIM, SEED)
+        initial = initial_table_values(TABLE_ORDER.index("cat_0"), CARDINALITIES[0], DIM, SEED)
         unchanged = np.all(want["embedding/cat_0/value"] == initial, axis=1)
         assert unchanged.any() and not unchanged.all(), f"{optimizer}: {unchanged.sum()} rows of table 0 unchanged"
 
@@ -74,10 +77,15 @@ def assert_plan_has_every_kind(base: str, world: int) -> None:
     from dlrm.train import checkpoint
 
     meta = checkpoint.read_meta(checkpoint.find_checkpoint(os.path.join(base, "adagrad", "ckpt")))
-    kinds = [t["kind"] for t in meta["plan"]["tables"]]
+    kinds = {t["name"]: t["kind"] for t in meta["plan"]["tables"]}
     assert meta["plan"]["world_size"] == world
-    assert kinds[0] == "row_sliced" and kinds[1] == "column_sliced", kinds
-    assert {"table_wise", "replicated"} <= set(kinds), kinds
+    assert [t["name"] for t in meta["plan"]["tables"]] == TABLE_ORDER
+    # A multi-hot bag in every layout, the mean over a row-sliced one included.
+    assert kinds["cat_0"] == "row_sliced" and kinds["cat_1"] == "column_sliced", kinds
+    assert kinds["cat_2"] == "replicated" and kinds["cat_4"] == "table_wise", kinds
+    shape = {t["name"]: t for t in meta["model_shape"]["tables"]}
+    assert (shape["cat_0"]["hotness"], shape["cat_0"]["combiner"]) == (3, "mean"), shape["cat_0"]
+    assert {"table_wise", "replicated"} <= set(kinds.values()), kinds
 
 
 # ------------------------------------------------------------------------------------ tests

@@ -1,4 +1,4 @@
-"""Sharded checkpoints restore onto another world size: save with 3 ranks, restore with 2 and with 1.
+"""Sharded checkpoints restore onto another world size: save with 3 ranks, restore with 2 and with 1, and 3 -> 2 -> 1.
 
 The 3-rank Adagrad run of tests/integration/test_hybrid_parallel.py writes its final checkpoint (step 4) with
 each rank writing only its own pieces (replicated tables by rank 0). That checkpoint is resumed by a
@@ -22,6 +22,7 @@ from tests.support.hybrid import (
     losses,
     max_difference,
     reference,
+    reshard_to_one_process,
 )
 
 
@@ -78,3 +79,24 @@ def test_restore_three_rank_checkpoint_on_other_world_sizes(world, three_rank_ch
     uninterrupted = losses(os.path.join(ref_base, "continued", "run"))
     assert len(uninterrupted) == STEPS + 1 and len(resumed) == 1
     np.testing.assert_allclose(resumed[-1], uninterrupted[-1], rtol=TOLERANCE, atol=TOLERANCE)
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_a_multi_hot_checkpoint_reshards_from_three_to_two_to_one_rank(three_rank_checkpoint):
+    """3 ranks write, 2 ranks resume and write, 1 process resumes that: equal to 6 uninterrupted steps."""
+    from dlrm.train import checkpoint
+
+    run, base = launch(2, restore_from=three_rank_checkpoint)
+    run.check()
+    two_rank = os.path.join(base, "restored", "ckpt")
+    assert checkpoint.read_meta(checkpoint.find_checkpoint(two_rank))["world_size"] == 2
+    resumed, uninterrupted = reshard_to_one_process(two_rank)
+    got, want = checkpoint_arrays(resumed + "/ckpt"), checkpoint_arrays(uninterrupted + "/ckpt")
+    assert int(got["meta/step"]) == int(want["meta/step"]) == STEPS + 2
+    err, key = max_difference(got, want)
+    assert err < TOLERANCE, f"resharded 3 -> 2 -> 1 and trained: {key} differs by {err}"
+    assert any(name.startswith("embedding/cat_0/") for name in got)  # the row-sliced multi-hot table
+    resumed_losses, uninterrupted_losses = losses(resumed + "/run"), losses(uninterrupted + "/run")
+    assert len(resumed_losses) == 1 and len(uninterrupted_losses) == STEPS + 2
+    np.testing.assert_allclose(resumed_losses[-1], uninterrupted_losses[-1], rtol=TOLERANCE, atol=TOLERANCE)

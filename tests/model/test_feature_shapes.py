@@ -11,8 +11,8 @@ from dlrm.model.interaction import (
     embedding_dot_interaction,
     reference_embedding_dot_interaction,
 )
-from dlrm.model.shape_rules import ModelShapeError
-from tests.model.test_model import tiny_batch, tiny_model
+from dlrm.model.shape_rules import ModelShapeError, check_model_shape
+from tests.support.tiny_model import tiny_batch, tiny_model
 
 DIM = 4
 
@@ -89,4 +89,4 @@ def test_shapes_no_model_can_take_are_refused_by_rule():
     assert tiny_model(config("dcnv2"), contract(0, [TableConfig("only", 5, DIM)])).bottom_mlp is None
     for arch in ("dlrm", "dcnv2"):
         with pytest.raises(ModelShapeError, match="the model needs at least one categorical feature"):
-            tiny_model(config(arch), contract(3, []))
+            check_model_shape(config(arch), contract(3, []))

@@ -12,30 +12,7 @@ from dlrm.model.dlrm import build_model
 from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, reference_dot_interaction
 from dlrm.model.mlp import MLP
 from dlrm.model.shape_rules import ModelShapeError
-from tests.support.contracts import one_hot_contract
-
-SIZES = [7, 3, 11, 5]
-DIM = 8
-CONTRACT = one_hot_contract(SIZES, DIM)
-
-
-def tiny_model(config, contract=CONTRACT, embedding_seed=None, **variants):
-    """`build_model` with a LocalEmbedding of the contract's tables (seeded as the model unless told)."""
-    seed = config.seed if embedding_seed is None else embedding_seed
-    return build_model(config, contract, LocalEmbedding(contract.tables, seed=seed), **variants)
-
-
-def tiny_config(arch="dlrm", seed=0):
-    return ModelConfig(arch=arch, embedding_dim=DIM, bottom_mlp=(16, DIM), top_mlp=(32, 16, 1),
-                       num_cross_layers=3, cross_projection_dim=4, seed=seed)
-
-
-def tiny_batch(batch, seed=0, contract=CONTRACT):
-    """(numerical [batch, n], one-hot ids [batch, T]) for a one-hot contract."""
-    rng = np.random.default_rng(seed)
-    numerical = rng.normal(size=(batch, contract.num_numerical)).astype(np.float32)
-    categorical = np.stack([rng.integers(0, t.rows, size=batch) for t in contract.tables], axis=1).astype(np.int32)
-    return tf.constant(numerical), tf.constant(categorical.reshape(batch, contract.num_tables))
+from tests.support.tiny_model import CONTRACT, DIM, SIZES, tiny_batch, tiny_config, tiny_model
 
 
 def numpy_dot_interaction(bottom, embedded):

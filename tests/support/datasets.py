@@ -1,4 +1,6 @@
 """Small split-binary datasets written with the project's own writer, and in-place damage to them."""
+import os
+
 import numpy as np
 
 from dlrm.data.binary import write_split_binary
@@ -42,3 +44,9 @@ def poke(path, dtype, index, value):
     data[index] = value
     data.flush()
     del data
+
+
+def files_of(root):
+    """{relative path: bytes} of every file under `root`."""
+    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+            for d, _, names in os.walk(root) for f in names}

@@ -19,6 +19,12 @@ from tests.support.multirank import memoised, run_ranks, run_single, scratch_dir
 # those of <= 6 rows replicated, the rest table-wise. Row = DIM float32 = 32 bytes.
 CARDINALITIES = [1500, 300, 3, 5, 40, 25, 12, 6, 50, 30, 20, 4, 60, 15, 10, 35, 45, 2, 18, 22, 28, 8, 33,
                  55, 14, 9]
+# Multi-hot bags in every sharded layout: cat_0 row-sliced (mean), cat_1 column-sliced, cat_2 replicated,
+# cat_4 table-wise (mean); the other tables one-hot. The contract lists the one-hot tables first.
+HOTNESS = {"cat_0": 3, "cat_1": 2, "cat_2": 2, "cat_4": 4}
+MEAN_COMBINER = ("cat_0", "cat_4")
+TABLE_ORDER = ([f"cat_{i}" for i in range(len(CARDINALITIES)) if f"cat_{i}" not in HOTNESS]
+               + [f"cat_{i}" for i in range(len(CARDINALITIES)) if f"cat_{i}" in HOTNESS])
 DIM = 8
 ROW_BYTES = DIM * 4
 GLOBAL_BATCH = 7
@@ -64,8 +70,12 @@ def make_dataset() -> str:
     from dlrm.data.synthetic import GeneratorParams, generate_dataset
 
     directory = scratch_dir("hybrid_data_")
-    generate_dataset(directory, CARDINALITIES, TRAIN_ROWS, 32, seed=3,
-                     params=GeneratorParams(zipf_exponent=0.3))  # ids spread over every row range
+    hotness = [HOTNESS.get(f"cat_{i}", 1) for i in range(len(CARDINALITIES))]
+    spec = generate_dataset(directory, CARDINALITIES, TRAIN_ROWS, 32, seed=3, hotness=hotness,
+                            params=GeneratorParams(zipf_exponent=0.3))  # ids spread over every row range
+    for name in MEAN_COMBINER:
+        spec.feature_spec[name]["combiner"] = "mean"
+    spec.save(directory)
     return directory
 
 
@@ -127,6 +137,23 @@ def max_difference(got: dict, want: dict) -> tuple:
     worst = max(((float(np.max(np.abs(got[k] - want[k]), initial=0.0)), k) for k in want
                  if not k.startswith("meta/")), default=(0.0, None))
     return worst
+
+
+# ---------------------------------------------------------------- resharding 3 -> 2 -> 1
+def reshard_to_one_process(two_rank_checkpoint: str) -> tuple:
+    """(resumed, uninterrupted) output directories: one process resumes the checkpoint the 2-rank launch
+    wrote after resuming the 3-rank one (step STEPS + 1) and trains one more step; the uninterrupted
+    one-process run trains STEPS + 2 steps."""
+    def go():
+        resumed, uninterrupted = scratch_dir("reshard_resumed_"), scratch_dir("reshard_uninterrupted_")
+        steps = ["--max_steps", str(STEPS + 2)]
+        flags = train_flags(_dataset(), "adagrad", resumed + "/run", resumed + "/ckpt")
+        run_single(["main.py", *without_rank_memory(flags), *steps, "--restore_checkpoint_path",
+                    two_rank_checkpoint], timeout=180).check()
+        flags = train_flags(_dataset(), "adagrad", uninterrupted + "/run", uninterrupted + "/ckpt")
+        run_single(["main.py", *without_rank_memory(flags), *steps], timeout=180).check()
+        return resumed, uninterrupted
+    return memoised(("reshard", two_rank_checkpoint), go)
 
 
 # ---------------------------------------------------------------- reproducibility with 3+ ranks

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from dlrm.argtypes import ArgumentParser, add_debug_flag, count, positive_int, sizes_list
 from dlrm.config import ShardingConfig
-from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities  # pure Python
+from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness  # pure Python
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
 from dlrm.embedding.planner.budget import plan_embeddings
 from dlrm.embedding.planner.byte_sizes import byte_size, positive_byte_size
@@ -71,6 +71,9 @@ def tables_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         rows = (preset_cardinalities(args.preset, reserve_zero=not args.no_reserve_zero) if args.preset
                 else args.table_rows)
         tables = tuple(replace(t, combiner=args.combiner) for t in one_hot_tables(rows, args.embedding_dim))
+        if args.preset:  # a multi-hot preset (mlperf) carries its hotness
+            tables = tuple(replace(t, hotness=h, multi_hot=h > 1)
+                           for t, h in zip(tables, preset_hotness(args.preset)))
     for flag, values in (("--embedding_dims", args.embedding_dims), ("--hotness", args.hotness)):
         if values is not None and len(values) != len(tables):
             parser.error(f"argument {flag}: {len(values)} value(s) given for {len(tables)} tables")
