@@ -67,8 +67,7 @@ class BenchModel:
     def cardinalities(self) -> list:
         from dlrm.data.criteo import preset_cardinalities
 
-        rows = preset_cardinalities(self.preset)
-        return [min(r, self.max_rows) for r in rows] if self.max_rows else list(rows)
+        return preset_cardinalities(self.preset, max_rows=self.max_rows)
 
 
 MODELS = {

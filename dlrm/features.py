@@ -95,11 +95,15 @@ class FeatureContract:
         raise KeyError(f"no categorical feature named {name!r} (have {self.table_names})")
 
     def problems(self) -> List[str]:
-        found = [problem for table in self.tables for problem in table.problems()]
-        names = self.table_names
-        found += [f"categorical feature {name!r} appears twice" for name in sorted(set(names))
-                  if names.count(name) > 1]
-        return found
+        return table_problems(self.tables)
+
+
+def table_problems(tables: Sequence[TableConfig]) -> List[str]:
+    """Why these tables cannot be built together (empty if they can): each table's rules, unique names."""
+    found = [problem for table in tables for problem in table.problems()]
+    names = [table.name for table in tables]
+    found += [f"categorical feature {name!r} appears twice" for name in sorted(set(names)) if names.count(name) > 1]
+    return found
 
 
 def _span(tables: Sequence[TableConfig], index: int, width) -> Tuple[int, int]:

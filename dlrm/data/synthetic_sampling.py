@@ -11,9 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
-from dlrm.features import PADDING_ID
+from dlrm.features import COMBINERS, PADDING_ID
 
-BAG_POOLINGS = ("mean", "sum")
+BAG_POOLINGS = COMBINERS  # the ground truth pools a bag as the trainer can
 
 
 @dataclass

@@ -115,8 +115,9 @@ def _parse_bags(texts: np.ndarray, hotness: int, path: str, feature: str, first_
         if len(ids) > hotness:
             raise DataError(f"(line {line}) {len(ids)} ids is more than max_hotness {hotness}", path, feature,
                             line - 1)
-        if any(i < 0 for i in ids):
-            raise DataError(f"(line {line}) id {min(ids)} is outside [0, cardinality)", path, feature, line - 1)
+        outside = [i for i in ids if not 0 <= i <= np.iinfo(np.int32).max]
+        if outside:
+            raise DataError(f"(line {line}) id {outside[0]} is outside [0, cardinality)", path, feature, line - 1)
         bags[r, :len(ids)] = ids
     return bags
 

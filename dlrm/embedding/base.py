@@ -19,7 +19,7 @@ from typing import List, Sequence, Tuple
 import tensorflow as tf
 
 from dlrm.embedding.pieces import TablePiece
-from dlrm.features import TableConfig
+from dlrm.features import TableConfig, table_problems
 
 
 class EmbeddingCollection(tf.keras.layers.Layer):
@@ -27,7 +27,7 @@ class EmbeddingCollection(tf.keras.layers.Layer):
 
     def __init__(self, tables: Sequence[TableConfig], **kwargs):
         super().__init__(**kwargs)
-        problems = [problem for table in tables for problem in table.problems()]
+        problems = table_problems(tables)
         if not tables or problems:
             raise ValueError("; ".join(problems) or "an embedding collection needs at least one table")
         self._table_configs: Tuple[TableConfig, ...] = tuple(tables)

@@ -13,15 +13,16 @@ exchange's shape is static (`dlrm.embedding.exchange`), worked out once from the
    `LocalEmbedding`; gathers of the real ids only, so shard gradients are sparse `tf.IndexedSlices`)
    and returns one vector per (row, piece): [rows, vector_width(own)]. A row slice returns the partial
    sum of the ids it holds.
-4. One all-to-all back. The requester splits the returned block per piece (static column splits), puts
-   column slices side by side and adds up the partial sums of row slices (a mean divides them by the
-   bag's count, which the requester knows from its own ids: no count travels).
+4. One all-to-all back. The requester places every returned block of `block` floats (the gcd of the
+   dims and piece widths) in its output row with one `tf.dynamic_stitch` (`dlrm.embedding.blocks`):
+   column slices land side by side; the partial sums of row slices are added up first (a mean divides
+   them by the bag's count, which the requester knows from its own ids: no count travels).
 Replicated tables are ordinary data-parallel variables pooled locally.
 
-Backward is plain autodiff: the gradient of an all-to-all is the reverse all-to-all, and splits and
-concatenations turn into each other, so nothing is scattered element by element. Each shard's gradient
-sums the contributions of every rank's loss; the process group's averaging tape divides model-parallel
-gradients by the world size (docs/architecture.md, "Loss and gradients").
+Backward: the gradient of an all-to-all is the reverse all-to-all, and the stitch's gradient is one
+gather per source (its positions form a permutation), so nothing is scattered element by element. Each
+shard's gradient sums the contributions of every rank's loss; the process group's averaging tape
+divides model-parallel gradients by the world size (docs/architecture.md, "Loss and gradients").
 
 Every piece starts with `initial_table_values` of its own rectangle, so the sharded model equals the
 single-process `LocalEmbedding` built with the same seed.
@@ -120,8 +121,9 @@ class DistributedEmbedding(EmbeddingCollection):
 
     # -- forward ----------------------------------------------------------------------------------
     def call(self, ids):
+        ids = tf.convert_to_tensor(ids, dtype=tf.int32)
         bags = self.split_ids(ids)
-        self._check_ids(tf.concat(bags, axis=1))
+        self._check_ids(ids)
         replicated = {}
         # Replicated lookups first and in fixed name scopes: inside tf.function, Horovod names the
         # allgather of their gradients after the gradient tensors' op names, which must therefore be

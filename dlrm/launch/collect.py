@@ -14,10 +14,11 @@ import json
 import math
 import os
 import statistics
-from typing import List, Optional
+from dataclasses import replace
+from typing import List, Optional, Sequence, Tuple
 
 from dlrm.config import ShardingConfig
-from dlrm.features import one_hot_tables
+from dlrm.features import TableConfig, one_hot_tables
 from dlrm.launch.submit import POINT_FILE, RUN_FILE
 from dlrm.train.checkpoint.model_shape import saved_model_shape
 from dlrm.train.metrics_log import METRICS_FILE, read_metrics
@@ -30,25 +31,35 @@ TABLE_FILE = "sweep_results"
 PLOT_FILE = "sweep_scaling.png"
 
 
-def table_sizes(config: dict) -> List[int]:
-    """Rows per embedding table of the run's dataset (its feature spec, or the synthetic preset)."""
+def run_tables(config: dict, meta: Optional[dict]) -> Tuple[TableConfig, ...]:
+    """The run's embedding tables: from its last checkpoint's model shape, else from its dataset's feature
+    contract (its feature spec, or the synthetic preset)."""
+    model = config["model"]
+    if meta:
+        return tuple(TableConfig(t["name"], int(t["rows"]), int(t["dim"]), int(t["hotness"]), t["combiner"],
+                                 multi_hot=int(t["hotness"]) > 1) for t in saved_model_shape(meta, [])["tables"])
     data = config["data"]
     if data.get("dataset_dir"):
+        from dlrm.data.contract import contract_from_spec
         from dlrm.data.feature_spec import FeatureSpec
 
-        return list(FeatureSpec.load(data["dataset_dir"]).cardinalities)
-    from dlrm.data.criteo import preset_cardinalities
+        spec = FeatureSpec.load(data["dataset_dir"])
+        return contract_from_spec(spec, model["embedding_dim"], model.get("combiner", "sum")).tables
+    from dlrm.data.criteo import preset_cardinalities, preset_hotness
 
-    return preset_cardinalities(data["synthetic_preset"])
+    tables = one_hot_tables(preset_cardinalities(data["synthetic_preset"]), model["embedding_dim"])
+    hotness = preset_hotness(data["synthetic_preset"])
+    return tuple(sorted((replace(t, hotness=h, multi_hot=h > 1) for t, h in zip(tables, hotness)),
+                        key=lambda t: t.multi_hot))
 
 
-def placement_memory(config: dict, rows: List[int], world_size: int) -> dict:
+def placement_memory(config: dict, tables: Sequence[TableConfig], world_size: int) -> dict:
     """Per-rank embedding memory (bytes) of the planner's placement for this run."""
     from dlrm.embedding.optimizer_slots import slots_for_optimizer
     from dlrm.embedding.planner import plan_embeddings
 
     fields = {k: v for k, v in config["sharding"].items() if k in ShardingConfig.__dataclass_fields__}
-    plan = plan_embeddings(one_hot_tables(rows, config["model"]["embedding_dim"]), world_size, ShardingConfig(**fields),
+    plan = plan_embeddings(tables, world_size, ShardingConfig(**fields),
                            optimizer_slots=slots_for_optimizer(config["optimizer"]["optimizer"]))
     return plan.memory_spread()
 
@@ -90,9 +101,9 @@ def collect_point(point_dir: str) -> dict:
     metrics_path = os.path.join(point_dir, METRICS_FILE)
     records = read_metrics(metrics_path) if os.path.exists(metrics_path) else []
     meta = checkpoint_meta(records)
-    rows = [t["rows"] for t in saved_model_shape(meta, [])["tables"]] if meta else table_sizes(config)
-    memory = placement_memory(config, rows, point["world_size"])
-    row["embedding_parameters"] = sum(rows) * config["model"]["embedding_dim"]
+    tables = run_tables(config, meta)
+    memory = placement_memory(config, tables, point["world_size"])
+    row["embedding_parameters"] = sum(t.rows * t.dim for t in tables)
     row["model_parameters"] = row["embedding_parameters"] + dense_parameters(meta["dense_shapes"]) if meta else None
     row["max_rank_embedding_bytes"] = memory["max_bytes"]
     row["mean_rank_embedding_bytes"] = int(memory["mean_bytes"])

@@ -74,6 +74,7 @@ def _fields(row: str) -> list:
     ('1,5,0.5,"[3,17,5,8]",4,"[1]"', "topics", "(line 3) 4 ids is more than max_hotness 3"),
     ('1,5,0.5,"[3,40]",4,"[1]"', "topics", "(line 3) id 40 at position 1 of the row [3, 40, -1] is outside [0, 40)"),
     ('1,5,0.5,"[3,-1]",4,"[1]"', "topics", "(line 3) id -1 is outside [0, cardinality)"),
+    ('1,5,0.5,"[3,99999999999999999999]",4,"[1]"', "topics", "(line 3) id 99999999999999999999 is outside"),
     ('1,5,0.5,"3,17",4,"[1]"', "topics", "(line 3) '3,17' is not a bracketed list of integer ids"),
     ('1,5,0.5,"[3,x]",4,"[1]"', "topics", "is not a bracketed list of integer ids like [3,17,5]"),
     ('1,5,0.5,,4,"[1]"', "topics", "(line 3) empty or missing field"),

@@ -40,7 +40,7 @@ def test_two_table_wise_tables_on_two_ranks():
     estimate = exchange_bytes(plan, 6)
     assert _per_rank(estimate) == [(3, 84, 36, 24, 48), (3, 36, 84, 48, 24)]
     assert estimate.summary() == {"forward_max_bytes": 84, "forward_mean_bytes": 84, "backward_max_bytes": 48,
-                                  "backward_mean_bytes": 48, "replicated_allreduce_bytes": 0}
+                                  "backward_mean_bytes": 48, "replicated_allgather_bytes": 0}
 
 
 def _mixed_plan(combiner):
@@ -53,44 +53,44 @@ def _mixed_plan(combiner):
 
 
 def test_row_sliced_mean_column_sliced_and_replicated_tables_on_three_ranks_and_an_uneven_batch():
-    # Per batch row, requester <-> owner: a slice of 'r' takes 2 ids (8 B) and returns 4 floats and a count
-    # (20 B; gradients 16 B); 'c' on rank 1 takes 1 id (4 B), returns 2 floats (8 B); on rank 2 4 B, 16 B.
-    # Rows per rank 3, 2, 2. Rank 0 owns (8, 20, 16), rank 1 (4, 8, 8), rank 2 (12, 36, 32); all (24, 64, 56).
-    # Rank 0: sends 3 x (24 - 8) ids + 4 x 20 returned = 128, receives 4 x 8 + 3 x (64 - 20) = 164;
+    # Per batch row, requester <-> owner: a slice of 'r' takes 2 ids (8 B) and returns 4 floats (16 B, a
+    # partial sum; the requester divides a mean by its own count); gradients 16 B. 'c' on rank 1 takes 1 id
+    # (4 B), returns 2 floats (8 B); on rank 2 4 B, 16 B. Rows per rank 3, 2, 2. Rank 0 owns (8, 16, 16),
+    # rank 1 (4, 8, 8), rank 2 (12, 32, 32); all (24, 56, 56).
+    # Rank 0: sends 3 x (24 - 8) ids + 4 x 16 returned = 112, receives 4 x 8 + 3 x (56 - 16) = 152;
     # backward sends 3 x (56 - 16) = 120 and receives 4 x 16 = 64. Ranks 1 and 2 alike.
     estimate = exchange_bytes(_mixed_plan("mean"), 7)
-    assert _per_rank(estimate) == [(3, 128, 164, 120, 64), (2, 80, 132, 96, 40), (2, 204, 116, 48, 160)]
+    assert _per_rank(estimate) == [(3, 112, 152, 120, 64), (2, 80, 116, 96, 40), (2, 184, 108, 48, 160)]
     summary = estimate.summary()
-    assert (summary["forward_max_bytes"], summary["backward_max_bytes"]) == (204, 160)
-    assert summary["forward_mean_bytes"] == pytest.approx((164 + 132 + 204) / 3)
+    assert (summary["forward_max_bytes"], summary["backward_max_bytes"]) == (184, 160)
+    assert summary["forward_mean_bytes"] == pytest.approx((152 + 116 + 184) / 3)
     assert summary["backward_mean_bytes"] == pytest.approx((120 + 96 + 160) / 3)
-    # Replicated 'p': a ring allreduce of its 5 x 3 float32 gradient, 2 x (3 - 1) / 3 x 60 B.
-    assert summary["replicated_allreduce_bytes"] == 80
+    # Replicated 'p' (dim 3, one id per row): its sparse gradient rows (12 B + an 8 B index) of the other
+    # ranks' rows are allgathered; the ranks with 2 rows receive 5 rows' worth, 100 B.
+    assert summary["replicated_allgather_bytes"] == 100
     for phase in ("forward", "backward"):  # every byte sent is received
         assert (sum(getattr(r, f"{phase}_sent") for r in estimate.ranks)
                 == sum(getattr(r, f"{phase}_received") for r in estimate.ranks))
 
 
-def test_the_mean_of_a_row_sliced_table_adds_one_count_per_row_and_nothing_in_the_backward():
+def test_the_mean_of_a_row_sliced_table_moves_no_more_bytes_than_the_sum():
+    """The requester counts a bag's ids itself, so a mean over row slices sends no count column."""
     mean, total = exchange_bytes(_mixed_plan("mean"), 7), exchange_bytes(_mixed_plan("sum"), 7)
-    # Rank 0 returns the other ranks' 4 rows a count each (16 B), rank 2 5 rows (20 B); a rank receives a
-    # count per own row from every slice it does not own: 3 rows x 1 slice, 2 x 2, 2 x 1.
-    assert [m.forward_sent - s.forward_sent for m, s in zip(mean.ranks, total.ranks)] == [16, 0, 20]
-    assert [m.forward_received - s.forward_received for m, s in zip(mean.ranks, total.ranks)] == [12, 16, 8]
-    assert [m.backward_bytes for m in mean.ranks] == [s.backward_bytes for s in total.ranks]
+    assert _per_rank(mean) == _per_rank(total)
 
 
 def test_one_rank_exchanges_nothing():
     plan = plan_embeddings(one_hot_tables([100, 20], 8), 1)
     estimate = exchange_bytes(plan, 512)
-    assert _per_rank(estimate) == [(512, 0, 0, 0, 0)] and estimate.replicated_allreduce_bytes == 0
+    assert _per_rank(estimate) == [(512, 0, 0, 0, 0)] and estimate.replicated_allgather_bytes == 0
 
 
 def test_replicated_tables_send_nothing_by_all_to_all():
     plan = plan_embeddings(one_hot_tables([4, 3], 8), 4, ShardingConfig(replicate_threshold_bytes=10**6))
     estimate = exchange_bytes(plan, 64)
     assert {(r.forward_bytes, r.backward_bytes) for r in estimate.ranks} == {(0, 0)}
-    assert estimate.replicated_allreduce_bytes == 2 * 3 * (7 * 8 * 4) // 4
+    # 16 rows per rank; each receives the other 48 rows' gradient rows of both tables: 2 x (8 x 4 + 8) B each.
+    assert estimate.replicated_allgather_bytes == 48 * 2 * (8 * 4 + 8)
 
 
 def _json_out(capsys, *flags) -> dict:
@@ -130,7 +130,8 @@ def test_cli_reads_dims_hotness_and_combiners_from_a_feature_spec(tmp_path, caps
     spec = {"feature_spec": {"label": {"dtype": "bool"}, "c0": {"dtype": "int32", "cardinality": 5000},
                              "c1": {"dtype": "int16", "cardinality": 300, "embedding_dim": 8, "combiner": "mean"}},
             "channel_spec": {"label": ["label"], "numerical": [], "categorical": ["c0", "c1"]},
-            "source_spec": {}}
+            "source_spec": {"train": [{"type": "split_binary", "features": [name], "files": [f"train/{name}.bin"]}
+                                      for name in ("label", "c0", "c1")]}}
     (tmp_path / "feature_spec.yaml").write_text(yaml.safe_dump(spec))
     plan = _json_out(capsys, "--feature_spec", str(tmp_path), "--world_size", "2", "--embedding_dim", "32")
     assert [(t["name"], t["rows"], t["dim"], t["combiner"]) for t in plan["tables"]] == [
@@ -153,8 +154,29 @@ def test_cli_plans_the_mlperf_preset_with_its_multi_hot_hotness(capsys):
     from dlrm.data.criteo import MLPERF_HOTNESS
 
     out = _json_out(capsys, "--preset", "mlperf", "--world_size", "8", "--global_batch_size", "65536")
-    hotness = [table["hotness"] for table in out["plan"]["tables"]]
-    assert hotness == list(MLPERF_HOTNESS) and max(hotness) == 100
+    hotness = {table["name"]: table["hotness"] for table in out["plan"]["tables"]}
+    assert hotness == {f"cat_{i}": h for i, h in enumerate(MLPERF_HOTNESS)} and hotness["cat_20"] == 100
+    order = [table["hotness"] > 1 for table in out["plan"]["tables"]]
+    assert order == sorted(order), "the contract lists the one-hot tables first, as the generator writes them"
     assert max(table["rows"] for table in out["plan"]["tables"]) == 40_000_000
     one_hot = _json_out(capsys, "--preset", "t0", "--world_size", "8", "--global_batch_size", "65536")
     assert out["exchange"]["forward_max_bytes"] > one_hot["exchange"]["forward_max_bytes"]  # bags send more ids
+
+
+def test_cli_refuses_a_bad_feature_spec_with_one_message(tmp_path):
+    """A multi-hot feature without max_hotness used to end in a KeyError traceback."""
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    spec = {"feature_spec": {"label": {"dtype": "bool"}, "bag": {"dtype": "int32", "cardinality": 50}},
+            "channel_spec": {"label": ["label"], "multihot_categorical": ["bag"]},
+            "source_spec": {"train": [{"type": "split_binary", "features": [name], "files": [f"train/{name}.bin"]}
+                                      for name in ("label", "bag")]}}
+    (tmp_path / "feature_spec.yaml").write_text(yaml.safe_dump(spec))
+    done = subprocess.run([sys.executable, "-m", "dlrm.embedding.planner", "--feature_spec", str(tmp_path),
+                           "--world_size", "2"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "'bag'" in done.stderr and "max_hotness" in done.stderr, done.stderr
+

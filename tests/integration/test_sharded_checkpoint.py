@@ -44,11 +44,12 @@ def test_three_rank_checkpoint_is_written_in_pieces_with_the_plan(three_rank_che
     plan = meta["plan"]
     assert plan["world_size"] == 3
     files = _piece_files(directory)
-    # The row-sliced table 0 is stored as several row ranges, the column-sliced table 1 as columns.
+    # The row-sliced cat_0 is stored as several row ranges, the column-sliced cat_1 as columns.
     table0 = [f for f in files if f.startswith("embedding/cat_0/value/")]
     table1 = [f for f in files if f.startswith("embedding/cat_1/value/")]
-    assert len(table0) == len(plan["tables"][0]["pieces"]) >= 2, table0
-    assert len(table1) == len(plan["tables"][1]["pieces"]) >= 2, table1
+    placements = {t["name"]: t for t in plan["tables"]}
+    assert len(table0) == len(placements["cat_0"]["pieces"]) >= 2, table0
+    assert len(table1) == len(placements["cat_1"]["pieces"]) >= 2, table1
     assert all("_c0-8.npy" in f for f in table0) and not any(f.endswith("_c0-8.npy") for f in table1)
     # Adagrad accumulators are stored next to every piece with the same shapes.
     assert len([f for f in files if "/accumulator/" in f]) == len([f for f in files if "/value/" in f])

@@ -66,14 +66,16 @@ def tables_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         from dlrm.data.contract import contract_from_spec
         from dlrm.data.feature_spec import FeatureSpec
 
-        tables = contract_from_spec(FeatureSpec.load(args.feature_spec), args.embedding_dim, args.combiner).tables
+        spec = FeatureSpec.load(args.feature_spec).validate(check_files=False)
+        tables = contract_from_spec(spec, args.embedding_dim, args.combiner).tables
     else:
         rows = (preset_cardinalities(args.preset, reserve_zero=not args.no_reserve_zero) if args.preset
                 else args.table_rows)
         tables = tuple(replace(t, combiner=args.combiner) for t in one_hot_tables(rows, args.embedding_dim))
-        if args.preset:  # a multi-hot preset (mlperf) carries its hotness
+        if args.preset:  # a multi-hot preset (mlperf) carries its hotness; the contract lists one-hot tables first
             tables = tuple(replace(t, hotness=h, multi_hot=h > 1)
                            for t, h in zip(tables, preset_hotness(args.preset)))
+            tables = tuple(sorted(tables, key=lambda t: t.multi_hot))
     for flag, values in (("--embedding_dims", args.embedding_dims), ("--hotness", args.hotness)):
         if values is not None and len(values) != len(tables):
             parser.error(f"argument {flag}: {len(values)} value(s) given for {len(tables)} tables")

@@ -64,7 +64,7 @@ def describe_exchange(estimate: ExchangeEstimate) -> str:
     return (f"all-to-all per rank and step at global batch {estimate.global_batch:,}: forward max "
             f"{format_bytes(s['forward_max_bytes'])}, mean {format_bytes(s['forward_mean_bytes'])}; backward max "
             f"{format_bytes(s['backward_max_bytes'])}, mean {format_bytes(s['backward_mean_bytes'])}; "
-            f"replicated-gradient allreduce {format_bytes(s['replicated_allreduce_bytes'])}")
+            f"replicated-gradient allgather {format_bytes(s['replicated_allgather_bytes'])}")
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def describe_scaling(rows: Sequence[ScalingRow], global_batch: int) -> str:
             continue
         e = row.exchange
         figures = [e["forward_max_bytes"], e["forward_mean_bytes"], e["backward_max_bytes"],
-                   e["backward_mean_bytes"], e["replicated_allreduce_bytes"]]
+                   e["backward_mean_bytes"], e["replicated_allgather_bytes"]]
         lines.append(f"{row.world_size:>6} {format_bytes(row.memory_max_bytes):>12} {row.memory_max_over_mean:>8.3f} "
                      + " ".join(f"{format_bytes(f):>12}" for f in figures))
     return "\n".join(lines)

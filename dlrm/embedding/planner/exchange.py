@@ -3,14 +3,14 @@
 The model is the sharded lookup's design. For every sharded piece (a table-wise table, a column slice or a
 row slice) every rank sends the piece's owner the ids of its local rows for that table (B_local x hotness
 int32; a row slice receives all of them, ids outside its rows as -1) and receives one pooled vector per row
-back (B_local x width float32, plus one float32 count per row for a row slice of a table with the mean
-combiner, so that the requester can divide the summed parts). The backward pass sends the gradient of those
+back (B_local x width float32; a row slice's vector is a partial sum, and a mean divides by the count the
+requester takes from its own ids, so no count travels). The backward pass sends the gradient of those
 vectors to the owners (B_local x width float32). What a rank would send itself is a local copy and is not
 counted. Ids are counted before any deduplication (an upper bound where the exchange deduplicates).
 
-Replicated tables are looked up locally and exchange nothing by all-to-all; their gradients are averaged
-over the ranks, estimated apart as a ring allreduce of the dense gradient: 2 (N - 1) / N x rows x dim x 4
-bytes per rank and step.
+Replicated tables are looked up locally and exchange nothing by all-to-all; their sparse gradients (one row
+of dim float32 and one int64 index per looked-up id) are allgathered, estimated apart: a rank receives the
+other ranks' rows, (B_global - B_local) x hotness x (dim x 4 + 8) bytes per step.
 
 Per rank, a phase's figure is the larger of the bytes it sends and receives: on a full-duplex link that
 direction sets the time.
@@ -24,7 +24,8 @@ from dlrm.embedding.planner.layout import even_ranges
 from dlrm.embedding.planner.plan import Plan, TablePlacement
 
 ID_BYTES = 4  # int32 ids
-VALUE_BYTES = 4  # float32 pooled values, counts and gradients
+VALUE_BYTES = 4  # float32 pooled values and gradients
+INDEX_BYTES = 8  # int64 row index of a replicated table's sparse gradient
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,18 @@ class RankTraffic:
 
 @dataclass(frozen=True)
 class ExchangeEstimate:
-    """The all-to-all bytes of every rank for one step, and the replicated tables' allreduce bytes per rank."""
+    """The all-to-all bytes of every rank for one step, and the replicated tables' allgather bytes per rank."""
 
     global_batch: int
     ranks: Tuple[RankTraffic, ...]
-    replicated_allreduce_bytes: int
+    replicated_allgather_bytes: int
 
     def summary(self) -> Dict[str, float]:
         forward = [r.forward_bytes for r in self.ranks]
         backward = [r.backward_bytes for r in self.ranks]
         return {"forward_max_bytes": max(forward), "forward_mean_bytes": sum(forward) / len(forward),
                 "backward_max_bytes": max(backward), "backward_mean_bytes": sum(backward) / len(backward),
-                "replicated_allreduce_bytes": self.replicated_allreduce_bytes}
+                "replicated_allgather_bytes": self.replicated_allgather_bytes}
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,7 @@ _NOTHING = _PieceRow(0, 0, 0)
 
 
 def _piece_row(placement: TablePlacement, width: int) -> _PieceRow:
-    count = VALUE_BYTES if placement.kind == "row_sliced" and placement.combiner == "mean" else 0
-    return _PieceRow(placement.hotness * ID_BYTES, width * VALUE_BYTES + count, width * VALUE_BYTES)
+    return _PieceRow(placement.hotness * ID_BYTES, width * VALUE_BYTES, width * VALUE_BYTES)
 
 
 def exchange_bytes(plan: Plan, global_batch: int) -> ExchangeEstimate:
@@ -104,10 +104,14 @@ def exchange_bytes(plan: Plan, global_batch: int) -> ExchangeEstimate:
             forward_received=others * mine.ids + local * (every.vectors - mine.vectors),
             backward_sent=local * (every.gradients - mine.gradients),
             backward_received=others * mine.gradients))
-    return ExchangeEstimate(global_batch, tuple(ranks), replicated_allreduce_bytes(plan))
+    smallest_local = min(rank.local_batch for rank in ranks)
+    return ExchangeEstimate(global_batch, tuple(ranks), replicated_allgather_bytes(plan, global_batch - smallest_local))
 
 
-def replicated_allreduce_bytes(plan: Plan) -> int:
-    """Bytes a rank sends (and receives) per step in a ring allreduce of the replicated tables' dense gradients."""
-    size = sum(p.rows * p.dim * VALUE_BYTES for p in plan.tables if p.kind == "replicated")
-    return 2 * (plan.world_size - 1) * size // plan.world_size
+def replicated_allgather_bytes(plan: Plan, other_rows: int) -> int:
+    """Bytes a rank receives per step when the replicated tables' sparse gradients of `other_rows` batch rows
+    (those of the other ranks) are allgathered: one gradient row and one index per looked-up id."""
+    if plan.world_size == 1:
+        return 0
+    per_row = sum(p.hotness * (p.dim * VALUE_BYTES + INDEX_BYTES) for p in plan.tables if p.kind == "replicated")
+    return other_rows * per_row

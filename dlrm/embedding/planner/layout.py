@@ -18,7 +18,7 @@ from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
 from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.plan import PlanError
-from dlrm.features import FeatureContract, TableConfig
+from dlrm.features import TableConfig, table_problems
 
 
 @dataclass(frozen=True)
@@ -80,13 +80,13 @@ class Tables:
 
 def check_tables(tables: Sequence[TableConfig], world_size: int, bytes_per_element: int,
                  optimizer_slots: int) -> Tables:
-    """`Tables` from the caller's figures; ValueError for sizes no plan can have."""
+    """`Tables` from the caller's figures; PlanError for sizes no plan can have."""
     if world_size < 1:
-        raise ValueError(f"world_size must be positive (got {world_size})")
+        raise PlanError(f"world_size must be positive (got {world_size})")
     configs = tuple(tables)
-    problems = FeatureContract(label="label", numerical=(), tables=configs).problems()
+    problems = table_problems(configs)
     if problems:
-        raise ValueError("; ".join(problems))
+        raise PlanError("; ".join(problems))
     return Tables(configs, world_size, bytes_per_element, optimizer_slots)
 
 
