@@ -39,7 +39,9 @@ def test_launcher_world_missing_local_variables_default_to_one_per_node():
 
 def test_env_defaults_fill_only_what_is_unset():
     defaults = dist.env_defaults()
-    assert set(defaults) >= {"HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}
+    assert set(defaults) >= {"HOROVOD_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS",
+                             "HOROVOD_CYCLE_TIME"}
+    assert defaults["HOROVOD_CYCLE_TIME"] == "5"  # ranks that fill every core keep them for the step
     env = {"HOROVOD_STALL_CHECK_TIME_SECONDS": "5"}
     dist.apply_env_defaults(env)
     assert env["HOROVOD_STALL_CHECK_TIME_SECONDS"] == "5"
