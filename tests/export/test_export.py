@@ -9,7 +9,9 @@ import shutil
 
 import pytest
 
+from dlrm.cli import parse_config
 from dlrm.cli_errors import run_main
+from dlrm.errors import UsageError
 from dlrm.export.cli import main as export_main
 from tests.data.mixed_dataset import write_mixed
 from tests.support import hybrid
@@ -117,3 +119,8 @@ def test_output_directory_refused_unless_overwrite(capsys, tmp_path):
     assert run_main(export_main, ["--checkpoint", f"{base}/ckpt", "--out", str(out), "--overwrite"]) == 0
     assert sorted(os.listdir(out)) == ["assets", "fingerprint.pb", "saved_model.pb", "variables"]
     assert [p for p in os.listdir(tmp_path) if p != "out"] == []  # no temporary directory left
+
+
+def test_trainer_export_flag_needs_a_checkpoint_path():
+    with pytest.raises(UsageError, match="--saved_model_output_path .* needs --mode train and --save_checkpoint_path"):
+        parse_config(["--saved_model_output_path", "served"])
