@@ -112,13 +112,14 @@ def main(argv: Optional[list] = None) -> dict:
                                   "calls": len(v)} for size, v in by_size.items()}
                for name, by_size in latencies.items()}
     load = os.getloadavg()
+    where = os.path.relpath(source.directory, ROOT)
     result = {"date": utc_now(), "machine": machine_facts(), "command": command_line("benchmarks/serving.py", argv),
-              "checkpoint": source.directory, "arch": source.config.model.arch, "threads": args.threads,
+              "checkpoint": where, "arch": source.config.model.arch, "threads": args.threads,
               "load_average_1m_at_end": load[0], "figures": figures,
               "note": "shared machine: other jobs ran on the same cores during the measurement"}
     write_json(os.path.join(args.out, "serving.json"), result, indent=1)
     lines = [f"# Serving latency ({run_facts(utc_now(minutes=True), result['machine'])})", "",
-             f"{source.config.model.arch} from {source.directory}, {args.threads} TensorFlow threads, "
+             f"{source.config.model.arch} from {where}, {args.threads} TensorFlow threads, "
              f"{args.rounds} alternating rounds x {args.calls} calls; shared machine (1-minute load average "
              f"{load[0]:.1f} at the end). Milliseconds per call.", "",
              "| batch | SavedModel p50 | SavedModel p99 | trainer predict step p50 | trainer predict step p99 |",

@@ -50,6 +50,7 @@ def _assert_close(differences: dict) -> None:
                for key, value in differences.items() if key != "rows"), differences
 
 
+@pytest.mark.slow
 def test_one_rank_checkpoint_saved_model_and_onnx_score_like_the_trainer():
     base, flags = one_rank()
     _assert_close(compare(f"{base}/served", f"{base}/data", flags))
@@ -57,6 +58,7 @@ def test_one_rank_checkpoint_saved_model_and_onnx_score_like_the_trainer():
     _assert_close(compare(f"{base}/with_onnx", f"{base}/data", flags, with_onnx=True))
 
 
+@pytest.mark.slow
 def test_multi_hot_dcnv2_checkpoint_scores_like_the_trainer(tmp_path):
     """One-hot, multi-hot (a 1-hot bag, empty bags, a full bag of the largest id), a group id; DCNv2."""
     write_mixed(tmp_path / "data", 400, seed=3, mappings=("train", "test"))
@@ -105,6 +107,8 @@ def test_refusals_one_message_each(capsys, tmp_path):
     shutil.copytree(step, missing_piece)
     shutil.rmtree(missing_piece / "embedding" / "cat_3" / "value")
     assert "'cat_3'" in _refused(capsys, "--checkpoint", str(missing_piece), "--out", out)
+    assert "pass --dataset_path" in _refused(capsys, "--checkpoint", step, "--out", out, "--dataset_path",
+                                             str(tmp_path / "moved"))
     assert "too large to export on one host" in _refused(capsys, "--checkpoint", step, "--out", out,
                                                          "--max_memory", "1KiB")
     assert sorted(os.listdir(tmp_path)) == ["missing_piece", "unfinished"]  # no output, no temporary directory
