@@ -178,6 +178,8 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
          "checkpoint every N steps (and at the end)", type=positive_int)
     _add(train, "--keep_checkpoints", [("train", "keep_checkpoints")], "complete checkpoints kept",
          type=positive_int)
+    _add(train, "--saved_model_output_path", [("train", "saved_model_output_path")],
+         "at the end of training, export the final checkpoint as a SavedModel here (python -m dlrm.export)")
     _add(train, "--amp", [("train", "amp")], "mixed precision (bfloat16 on CPU, float16 on GPU)",
          action="store_true")
     _add(train, "--xla", [("train", "xla")], "jit-compile the dense part", action="store_true")
@@ -210,6 +212,9 @@ def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     if config.train.mode == "eval" and not config.train.restore_checkpoint_path \
             and not config.train.save_checkpoint_path:
         parser.error("--mode eval needs --restore_checkpoint_path (or --save_checkpoint_path holding a checkpoint)")
+    if config.train.saved_model_output_path and (config.train.mode != "train" or not config.train.save_checkpoint_path):
+        parser.error("--saved_model_output_path exports the final checkpoint of a training run: it needs --mode train "
+                     "and --save_checkpoint_path (or run python -m dlrm.export on a checkpoint)")
 
 
 def parse_config(argv: Optional[Sequence[str]] = None) -> Config:

@@ -113,6 +113,7 @@ class TrainConfig:
     inter_op_threads: int = 1
     benchmark_warmup_steps: int = 5  # inference_benchmark: untimed batches, then timed ones
     benchmark_steps: int = 50
+    saved_model_output_path: Optional[str] = None  # export for serving at the end of training (dlrm.export)
     debug: bool = False  # tracebacks for errors caused by input or configuration too
 
 
@@ -126,3 +127,29 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "Config":
+        """The configuration `to_dict` wrote (e.g. a checkpoint's meta.json): fields this version does not
+        know are ignored, missing ones keep their defaults, lists become the tuples the fields hold."""
+        config = cls()
+        for section in dataclasses.fields(cls):
+            target = getattr(config, section.name)
+            for item in dataclasses.fields(target):
+                if item.name in saved.get(section.name, {}):
+                    value = saved[section.name][item.name]
+                    setattr(target, item.name, tuple(value) if isinstance(value, list) else value)
+        return config
+
+
+@dataclass
+class ExportConfig:
+    """`python -m dlrm.export`: a checkpoint (any world size) -> a SavedModel for serving (docs/export.md)."""
+
+    checkpoint: str = ""  # a checkpoint root (its latest complete checkpoint) or a step_* directory
+    out: str = ""  # the SavedModel directory (written to a temporary name, then renamed)
+    dataset_dir: Optional[str] = None  # the feature spec's directory; None -> the one the checkpoint names
+    overwrite: bool = False  # replace an existing `out`
+    max_memory_bytes: Optional[int] = None  # refuse models whose tables need more in one process
+    onnx: bool = False  # also write `<out>/model.onnx`
+    debug: bool = False

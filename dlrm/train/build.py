@@ -130,7 +130,11 @@ def _readable(variable_name: str) -> str:
 
 
 def build_parts(config: Config, dataset_dir: str, group: dist.ProcessGroup, with_optimizer: bool) -> Parts:
-    spec = FeatureSpec.load(dataset_dir).validate()
+    return parts_for_spec(config, FeatureSpec.load(dataset_dir).validate(), group, with_optimizer)
+
+
+def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, with_optimizer: bool) -> Parts:
+    """The parts for a validated feature spec (its data files are not read here: export needs only the spec)."""
     contract = contract_from_spec(spec, config.model.embedding_dim, config.model.combiner)
     check_model_shape(config.model, contract)  # before the plan: a model that cannot be built allocates nothing
     embeddings, plan = build_embeddings(config, contract, group)

@@ -14,8 +14,10 @@ import numpy as np
 import tensorflow as tf
 
 from dlrm import dist
-from dlrm.config import Config
+from dlrm.config import Config, ExportConfig
 from dlrm.data.errors import MappingTooSmall
+from dlrm.export.output_dir import check_target
+from dlrm.export.saved_model import export
 from dlrm.train import checkpoint, stopping
 from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
 from dlrm.train.checkpointing import checkpoint_dir_lock
@@ -42,6 +44,13 @@ def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes_auc: Optional[float
     log.eval(step, auc, logloss, **({"bayes_auc": bayes_auc} if bayes_auc else {}))
     return RunResult(mode="eval", step=step, auc=auc, logloss=logloss, bayes_auc=bayes_auc, checkpoint=source,
                      seconds=time.perf_counter() - started)
+
+
+def export_after_training(checkpoint_dir: str, out: str, dataset_dir: Optional[str], log: MetricsLog) -> None:
+    """--saved_model_output_path: rank 0 exports the final checkpoint (every table assembled in one process)
+    once training is over; the other ranks have finished."""
+    result = export(ExportConfig(checkpoint=checkpoint_dir, out=out, dataset_dir=dataset_dir), log=log.message)
+    log.event("saved_model", result.step, path=result.out, seconds=result.seconds)
 
 
 def _benchmark_batches(parts: Parts, needed: int) -> list:
@@ -91,8 +100,14 @@ def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
 def _run_mode(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
     mode = parts.config.train.mode
     if mode == "train":
+        export_to = parts.config.train.saved_model_output_path
+        if export_to:
+            check_target(export_to, overwrite=False)  # before step 1, on every rank: no training lost to it
         with checkpoint_dir_lock(parts):  # checked and locked before training, held to the end
-            return train(parts, log, bayes_auc)
+            result = train(parts, log, bayes_auc)
+        if export_to and result.checkpoint and parts.group.rank == 0:
+            export_after_training(result.checkpoint, export_to, parts.spec.base_directory, log)
+        return result
     if mode == "eval":
         return evaluate_checkpoint(parts, log, bayes_auc)
     if mode == "inference_benchmark":

@@ -93,6 +93,12 @@ def test_every_flag_maps_to_its_field():
     assert (t.benchmark_warmup_steps, t.benchmark_steps, t.debug) == (1, 9, True)
 
 
+def test_export_flag_maps_to_its_field():
+    """--saved_model_output_path exports the final checkpoint of a training run (docs/export.md)."""
+    c = parse_config(["--save_checkpoint_path", "/c", "--saved_model_output_path", "/m"])
+    assert c.train.saved_model_output_path == "/m" and Config().train.saved_model_output_path is None
+
+
 def test_every_parser_flag_is_exercised_above():
     """A new flag must be added to test_every_flag_maps_to_its_field."""
     flags = {opt for action in build_parser()._actions for opt in action.option_strings} - {"-h", "--help"}

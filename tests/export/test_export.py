@@ -1,0 +1,130 @@
+"""Export for serving: the SavedModel (and ONNX) of a 1-rank, a 2-rank and a multi-hot checkpoint, scored in a
+fresh process that imports TensorFlow only, equals the trainer's own scores of the same test rows; and the
+export's refusals (one message each, no traceback)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from dlrm.cli import parse_config
+from dlrm.cli_errors import run_main
+from dlrm.errors import UsageError
+from dlrm.export.cli import main as export_main
+from tests.data.mixed_dataset import write_mixed
+from tests.support import hybrid
+from tests.support.multirank import memoised, run_ranks, run_single, scratch_dir
+from tests.support.runs import SMALL
+from tests.support.serving import compare
+
+TOLERANCE = 1e-6  # float32: the SavedModel runs the trainer's graph of ops on the same weights
+ONNX_TOLERANCE = 1e-5  # onnxruntime's own kernels round float32 sums in another order
+
+
+def _train(name: str, flags: list, export_to: str | None = None, ranks: int = 1) -> None:
+    command = ["main.py", *flags] + (["--saved_model_output_path", export_to] if export_to else [])
+    (run_ranks(ranks, command, timeout=300) if ranks > 1 else run_single(command, timeout=240)).check()
+
+
+def one_rank() -> tuple:
+    """DLRM on the small synthetic dataset, exported by the trainer's --saved_model_output_path."""
+    def go():
+        base = scratch_dir("export_one_rank_")
+        flags = ["--synthetic_dir", f"{base}/data", "--run_dir", f"{base}/run", "--save_checkpoint_path",
+                 f"{base}/ckpt", *SMALL, "--max_steps", "6"]
+        _train("one_rank", flags, export_to=f"{base}/served")
+        return base, flags
+    return memoised("export_one_rank", go)
+
+
+def _export(*argv: str) -> None:
+    run_single(["-m", "dlrm.export", *argv], timeout=240).check()
+
+
+def _assert_close(differences: dict) -> None:
+    print("max abs differences:", json.dumps(differences))
+    assert differences["rows"] > 0
+    assert all(value <= (ONNX_TOLERANCE if key.startswith("onnx") else TOLERANCE)
+               for key, value in differences.items() if key != "rows"), differences
+
+
+@pytest.mark.slow
+def test_one_rank_checkpoint_saved_model_and_onnx_score_like_the_trainer():
+    base, flags = one_rank()
+    _assert_close(compare(f"{base}/served", f"{base}/data", flags))
+    _export("--checkpoint", f"{base}/ckpt", "--out", f"{base}/with_onnx", "--onnx")
+    _assert_close(compare(f"{base}/with_onnx", f"{base}/data", flags, with_onnx=True))
+
+
+@pytest.mark.slow
+def test_multi_hot_dcnv2_checkpoint_scores_like_the_trainer(tmp_path):
+    """One-hot, multi-hot (a 1-hot bag, empty bags, a full bag of the largest id), a group id; DCNv2."""
+    write_mixed(tmp_path / "data", 400, seed=3, mappings=("train", "test"))
+    flags = ["--dataset_path", str(tmp_path / "data"), "--arch", "dcnv2", "--embedding_dim", "4",
+             "--bottom_mlp_dims", "8-4", "--top_mlp_dims", "8-1", "--dcn_num_layers", "2", "--dcn_low_rank_dim", "4",
+             "--global_batch_size", "64", "--valid_batch_size", "96", "--max_steps", "5", "--optimizer", "adagrad",
+             "--learning_rate", "0.1", "--warmup_steps", "0", "--decay_steps", "0", "--intra_op_threads", "2",
+             "--run_dir", str(tmp_path / "run"), "--save_checkpoint_path", str(tmp_path / "ckpt")]
+    _train("multi_hot", flags)
+    _export("--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "served"), "--onnx")
+    with open(tmp_path / "served" / "assets" / "serving_inputs.json") as f:
+        names = [item["name"] for item in json.load(f)["inputs"]]
+    assert names == ["numerical", "onehot", "topics", "history", "single"]
+    _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), flags, with_onnx=True))
+
+
+@pytest.mark.slow
+def test_two_rank_checkpoint_scores_like_the_trainer():
+    """2 ranks (horovodrun --gloo) with row-, column-sliced, replicated and table-wise tables, multi-hot bags
+    in each; rank 0 exports the final checkpoint at the end of training."""
+    dataset = memoised("hybrid_dataset", hybrid.make_dataset)
+    base = scratch_dir("export_two_ranks_")
+    flags = hybrid.train_flags(dataset, "adagrad", f"{base}/run", f"{base}/ckpt")
+    _train("two_ranks", flags, export_to=f"{base}/served", ranks=2)
+    with open(f"{base}/served/assets/serving_inputs.json") as f:
+        assert json.load(f)["source"]["written_by_world_size"] == 2
+    _assert_close(compare(f"{base}/served", dataset, hybrid.without_rank_memory(flags)))
+
+
+def _refused(capsys, *argv: str) -> str:
+    assert run_main(export_main, list(argv)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_refusals_one_message_each(capsys, tmp_path):
+    base, _ = one_rank()
+    step = os.path.join(base, "ckpt", "step_00000006")
+    out = str(tmp_path / "out")
+    assert "does not exist" in _refused(capsys, "--checkpoint", str(tmp_path / "none"), "--out", out)
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(step, unfinished / "step_00000006.tmp")
+    assert "no complete checkpoint" in _refused(capsys, "--checkpoint", str(unfinished), "--out", out)
+    missing_piece = tmp_path / "missing_piece" / "step_00000006"
+    shutil.copytree(step, missing_piece)
+    shutil.rmtree(missing_piece / "embedding" / "cat_3" / "value")
+    assert "'cat_3'" in _refused(capsys, "--checkpoint", str(missing_piece), "--out", out)
+    assert "pass --dataset_path" in _refused(capsys, "--checkpoint", step, "--out", out, "--dataset_path",
+                                             str(tmp_path / "moved"))
+    assert "too large to export on one host" in _refused(capsys, "--checkpoint", step, "--out", out,
+                                                         "--max_memory", "1KiB")
+    assert sorted(os.listdir(tmp_path)) == ["missing_piece", "unfinished"]  # no output, no temporary directory
+
+
+def test_output_directory_refused_unless_overwrite(capsys, tmp_path):
+    base, _ = one_rank()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old").write_text("x")
+    assert "pass --overwrite" in _refused(capsys, "--checkpoint", f"{base}/ckpt", "--out", str(out))
+    assert run_main(export_main, ["--checkpoint", f"{base}/ckpt", "--out", str(out), "--overwrite"]) == 0
+    assert sorted(os.listdir(out)) == ["assets", "fingerprint.pb", "saved_model.pb", "variables"]
+    assert [p for p in os.listdir(tmp_path) if p != "out"] == []  # no temporary directory left
+
+
+def test_trainer_export_flag_needs_a_checkpoint_path():
+    with pytest.raises(UsageError, match="--saved_model_output_path .* needs --mode train and --save_checkpoint_path"):
+        parse_config(["--saved_model_output_path", "served"])

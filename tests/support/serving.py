@@ -1,0 +1,122 @@
+"""The proof of an export: the SavedModel scored in a fresh process that imports TensorFlow only, on the
+test rows read straight from the split-binary files, against the trainer's own scores of the same
+checkpoint.
+
+`trainer_predictions` is the one place that asks the trainer for its scores: today the eval mode's
+restore, reader and predict step in a worker process (tests/workers/predictions.py); with `main.py --mode
+eval --predictions_path CSV` it becomes `_predictions_from_csv` (one line to switch).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import yaml
+
+from tests.support.multirank import run_single, scratch_dir, worker_argv
+
+FRESH_SCORER = textwrap.dedent('''
+    import sys
+    import numpy as np
+    import tensorflow as tf
+
+    model_dir, inputs_path, out_path, with_onnx = sys.argv[1:5]
+    inputs = dict(np.load(inputs_path))
+    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    result = {name: value.numpy() for name, value in serve(**{k: tf.constant(v) for k, v in inputs.items()}).items()}
+    if with_onnx == "1":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(model_dir + "/model.onnx")
+        names = [output.name for output in session.get_outputs()]
+        for name, value in zip(names, session.run(None, inputs)):
+            result["onnx_" + name] = value
+    ours = sorted(m for m in sys.modules if m.split(".")[0] in ("dlrm", "tests"))
+    assert not ours, ours
+    result["dlrm_imported"] = np.array("dlrm" in sys.modules)
+    np.savez(out_path, **result)
+''')
+
+
+def trainer_predictions(flags: list) -> dict:
+    """{"labels", "logits"} of the test mapping in dataset order, as the trainer scores the checkpoint of the
+    main.py run given by `flags`."""
+    return _predictions_from_worker(flags)
+
+
+def _predictions_from_worker(flags: list) -> dict:
+    out = os.path.join(scratch_dir("trainer_predictions_"), "predictions.npz")
+    run_single(worker_argv("predictions", out, *flags), timeout=240).check()
+    return dict(np.load(out))
+
+
+def _predictions_from_csv(flags: list) -> dict:
+    """With --predictions_path (group_id,label,logit,probability per row, dataset order)."""
+    out = os.path.join(scratch_dir("trainer_predictions_"), "predictions.csv")
+    run_single(["main.py", *flags, "--mode", "eval", "--predictions_path", out], timeout=240).check()
+    table = np.genfromtxt(out, delimiter=",", names=True, dtype=np.float64)
+    return {"labels": table["label"].astype(np.float32), "logits": table["logit"].astype(np.float32)}
+
+
+def _read_feature(spec: dict, base: str, mapping: str, feature: str) -> np.ndarray:
+    """[rows, width] of `feature` from its split-binary file (docs/data.md: fixed-size records, native order)."""
+    for source in spec["source_spec"][mapping]:
+        if feature in source["features"]:
+            dtypes = {spec["feature_spec"][f]["dtype"] for f in source["features"]}
+            assert len(dtypes) == 1 and len(source["files"]) == 1
+            width = spec["feature_spec"][feature].get("max_hotness", 1) if len(source["features"]) == 1 \
+                else len(source["features"])
+            array = np.fromfile(os.path.join(base, source["files"][0]), dtype=dtypes.pop()).reshape(-1, width)
+            return array if len(source["features"]) == 1 else array[:, source["features"].index(feature)][:, None]
+    raise KeyError(feature)
+
+
+def serving_inputs_from_files(saved_model: str, dataset: str, mapping: str = "test") -> dict:
+    """The serving inputs of every row of `mapping`, built from the files by the names the SavedModel's
+    serving_inputs.json gives (not by the package's own batch code), and the labels."""
+    with open(os.path.join(saved_model, "assets", "serving_inputs.json")) as f:
+        layout = json.load(f)
+    with open(os.path.join(dataset, "feature_spec.yaml")) as f:
+        spec = yaml.safe_load(f)
+    inputs = {}
+    for item in layout["inputs"]:
+        columns = [_read_feature(spec, dataset, mapping, name) for name in item["features"]]
+        inputs[item["name"]] = np.concatenate(columns, axis=1).astype(item["dtype"])
+    label = spec["channel_spec"]["label"][0]
+    return {"inputs": inputs, "labels": _read_feature(spec, dataset, mapping, label).reshape(-1).astype(np.float32)}
+
+
+def score_in_fresh_process(saved_model: str, inputs: dict, with_onnx: bool = False) -> dict:
+    """The SavedModel's (and ONNX's) outputs on `inputs`, computed by `python -I` in an empty directory with
+    no PYTHONPATH: a process that can import TensorFlow (and onnxruntime) but not this repository."""
+    work = scratch_dir("fresh_scorer_")
+    script, inputs_path, out = (os.path.join(work, name) for name in ("score.py", "inputs.npz", "out.npz"))
+    with open(script, "w") as f:
+        f.write(FRESH_SCORER)
+    np.savez(inputs_path, **inputs)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    done = subprocess.run([sys.executable, "-I", script, saved_model, inputs_path, out, "1" if with_onnx else "0"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(np.load(out))
+
+
+def compare(saved_model: str, dataset: str, flags: list, with_onnx: bool = False) -> dict:
+    """Max abs differences of the fresh process's logits and probabilities from the trainer's, per output."""
+    rows = serving_inputs_from_files(saved_model, dataset)
+    want = trainer_predictions(flags)
+    got = score_in_fresh_process(saved_model, rows["inputs"], with_onnx)
+    assert not bool(got["dlrm_imported"])
+    np.testing.assert_array_equal(rows["labels"], want["labels"])  # the same rows, in the same order
+    probability = 1.0 / (1.0 + np.exp(-want["logits"].astype(np.float64)))
+    differences = {"rows": len(want["logits"]),
+                   "logit": float(np.max(np.abs(got["logit"] - want["logits"]))),
+                   "probability": float(np.max(np.abs(got["probability"] - probability)))}
+    if with_onnx:
+        differences["onnx_logit"] = float(np.max(np.abs(got["onnx_logit"] - want["logits"])))
+        differences["onnx_probability"] = float(np.max(np.abs(got["onnx_probability"] - probability)))
+    return differences
