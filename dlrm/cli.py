@@ -187,6 +187,9 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
          type=positive_int)
     _add(train, "--inter_op_threads", [("train", "inter_op_threads")], "TensorFlow inter-op threads per process",
          type=positive_int)
+    _add(train, "--predictions_path", [("train", "predictions_path")],
+         "write every evaluated row's group_id,label,logit,probability to this CSV file (eval mode; train mode: "
+         "the final evaluation)")
     _add(train, "--benchmark_warmup_steps", [("train", "benchmark_warmup_steps")],
          "inference_benchmark: untimed batches", type=count)
     _add(train, "--benchmark_steps", [("train", "benchmark_steps")], "inference_benchmark: timed batches",
@@ -210,6 +213,8 @@ def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     if config.train.mode == "eval" and not config.train.restore_checkpoint_path \
             and not config.train.save_checkpoint_path:
         parser.error("--mode eval needs --restore_checkpoint_path (or --save_checkpoint_path holding a checkpoint)")
+    if config.train.mode == "inference_benchmark" and config.train.predictions_path:
+        parser.error("--predictions_path needs --mode eval or train (inference_benchmark does not evaluate)")
 
 
 def parse_config(argv: Optional[Sequence[str]] = None) -> Config:
