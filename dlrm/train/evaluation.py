@@ -82,8 +82,9 @@ def gather_predictions(group: ProcessGroup, local: Predictions) -> Predictions:
     slices = gathered(local.slices.reshape(-1), "eval_slices").reshape(-1, 2)
     order = dataset_order(slices)
     groups = None if local.groups is None else gathered(local.groups, "eval_groups")[order]
+    first_row = int(slices[slices[:, 1] > 0, 0].min()) if order.size else 0
     return Predictions(gathered(local.labels, "eval_labels")[order], gathered(local.logits, "eval_logits")[order],
-                       groups, np.array([[slices[:, 0].min(initial=0), order.size]], np.int64))
+                       groups, np.array([[first_row, order.size]], np.int64))
 
 
 def save_predictions(group: ProcessGroup, path: str, predictions: Predictions) -> None:
