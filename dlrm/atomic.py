@@ -1,13 +1,14 @@
 """Replace a file atomically: a reader, or a crash at any moment, sees the old content or the new, never a mix.
 
-Leaf module (standard library only) shared by the checkpoints, the feature spec, the sweep launcher and
-the preprocessing report.
+Leaf module (standard library only) shared by the checkpoints, the feature spec, the sweep launcher,
+the preprocessing report and the predictions file.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-from typing import Union
+from typing import IO, Iterator, Union
 
 
 def fsync_dir(path: str) -> None:
@@ -21,11 +22,23 @@ def fsync_dir(path: str) -> None:
 
 def write_text_atomically(path: Union[str, os.PathLike], text: str) -> None:
     """Write `text` (UTF-8) to a temp file next to `path`, fsync it, rename it over `path`, fsync the directory."""
+    with replaced_atomically(path, binary=False) as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def replaced_atomically(path: Union[str, os.PathLike], binary: bool = True) -> Iterator[IO]:
+    """A file to write `path`'s new content into, streamed (no need to hold it all in memory).
+
+    The content goes to a temp file next to `path`; when the block ends normally it is fsynced and renamed
+    over `path` and the directory is fsynced. If the block raises, `path` is untouched and the temp file is
+    removed. An OSError names the file.
+    """
     path = os.fspath(path)
     tmp = f"{path}.tmp.{os.getpid()}"  # per process: two writers never share a temp file
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with (open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8")) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -189,6 +189,9 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
          type=positive_int)
     _add(train, "--inter_op_threads", [("train", "inter_op_threads")], "TensorFlow inter-op threads per process",
          type=positive_int)
+    _add(train, "--predictions_path", [("train", "predictions_path")],
+         "write every evaluated row's group_id,label,logit,probability to this CSV file (eval mode; train mode: "
+         "the final evaluation)")
     _add(train, "--benchmark_warmup_steps", [("train", "benchmark_warmup_steps")],
          "inference_benchmark: untimed batches", type=count)
     _add(train, "--benchmark_steps", [("train", "benchmark_steps")], "inference_benchmark: timed batches",
@@ -215,6 +218,8 @@ def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     if config.train.saved_model_output_path and (config.train.mode != "train" or not config.train.save_checkpoint_path):
         parser.error("--saved_model_output_path exports the final checkpoint of a training run: it needs --mode train "
                      "and --save_checkpoint_path (or run python -m dlrm.export on a checkpoint)")
+    if config.train.mode == "inference_benchmark" and config.train.predictions_path:
+        parser.error("--predictions_path needs --mode eval or train (inference_benchmark does not evaluate)")
 
 
 def parse_config(argv: Optional[Sequence[str]] = None) -> Config:

@@ -111,6 +111,8 @@ class TrainConfig:
     seed: int = 0
     intra_op_threads: Optional[int] = None  # None -> CPU cores / processes on this node
     inter_op_threads: int = 1
+    # CSV of every evaluated row's group id, label, logit, probability (eval mode; train: the final evaluation)
+    predictions_path: Optional[str] = None
     benchmark_warmup_steps: int = 5  # inference_benchmark: untimed batches, then timed ones
     benchmark_steps: int = 50
     saved_model_output_path: Optional[str] = None  # export for serving at the end of training (dlrm.export)

@@ -20,6 +20,7 @@ from dlrm.data.errors import MappingTooSmall
 from dlrm.train import stopping
 from dlrm.train.build import Parts, make_reader
 from dlrm.train.checkpointing import Checkpoints, non_finite_error
+from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
 from dlrm.train.evaluation import evaluate
 from dlrm.train.metrics_log import MetricsLog
 from dlrm.train.restore import restore, restore_source
@@ -70,19 +71,20 @@ class ThroughputWindow:
 
 
 class Evaluations:
-    """Evaluation between and after steps; remembers the latest AUC and log loss for the result."""
+    """Evaluation between and after steps; remembers the latest metrics for the result.
 
-    def __init__(self, parts: Parts, log: MetricsLog, bayes_auc: Optional[float],
+    The final evaluation also writes `--predictions_path`, if given."""
+
+    def __init__(self, parts: Parts, log: MetricsLog, bayes: BayesOptimal,
                  pending_signal: Callable[[], Optional[int]]):
-        self.parts, self.log, self.bayes_auc, self.pending_signal = parts, log, bayes_auc, pending_signal
+        self.parts, self.log, self.bayes, self.pending_signal = parts, log, bayes, pending_signal
         self.predict_step = make_predict_step(parts.model)
-        self.auc: Optional[float] = None
-        self.logloss: Optional[float] = None
+        self.metrics: Optional[EvalMetrics] = None
 
-    def __call__(self, step: int) -> None:
-        self.auc, self.logloss = evaluate(self.parts, self.predict_step, self.pending_signal)
-        extra = {"bayes_auc": self.bayes_auc} if self.bayes_auc else {}
-        self.log.eval(step, self.auc, self.logloss, **extra)
+    def __call__(self, step: int, final: bool = False) -> None:
+        predictions_path = self.parts.config.train.predictions_path if final else None
+        self.metrics = evaluate(self.parts, self.predict_step, self.pending_signal, predictions_path)
+        self.log.eval(step, self.metrics, self.bayes)
 
 
 def _training_reader(parts: Parts):
@@ -143,7 +145,7 @@ def _log_skipped_rows(reader, step: int, parts: Parts, log: MetricsLog) -> None:
                     f"{parts.config.data.train_mapping!r} are skipped in every epoch")
 
 
-def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
+def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     """Restore if there is a checkpoint, run the steps (evaluating and checkpointing between them), write
     the final checkpoint, then evaluate. Raises NonFiniteLossError, Interrupted (a signal), the error of a
     batch that could not be read, or PeerRankFailed (another rank's error), each after saving what it can."""
@@ -160,7 +162,7 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
     window = ThroughputWindow()
     batches = _training_batches(reader, step, steps_per_epoch)
     with contextlib.closing(batches), stopping.StopRequests(group, announce=group.rank == 0) as stop_requests:
-        evaluations = Evaluations(parts, log, bayes_auc, lambda: stop_requests.signal_number)
+        evaluations = Evaluations(parts, log, bayes, lambda: stop_requests.signal_number)
         while step < total_steps:
             try:
                 batch = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop together
@@ -187,10 +189,10 @@ def train(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResul
         final_checkpoint = checkpoints.save_final(step)  # before the final evaluation: a bad test row loses nothing
         try:
             stop_requests.check()  # a signal during the last step: the final evaluation is left to the rerun
-            evaluations(step)
+            evaluations(step, final=True)
         except stopping.StopAgreed as agreed:
             raise _stop(agreed, step, checkpoints, log) from None
     trained_rows = window.total_rows()
-    return RunResult(mode="train", step=step, auc=evaluations.auc, logloss=evaluations.logloss, bayes_auc=bayes_auc,
-                     checkpoint=final_checkpoint, seconds=seconds,
+    return RunResult(mode="train", step=step, metrics=evaluations.metrics, bayes=bayes, checkpoint=final_checkpoint,
+                     seconds=seconds,
                      samples_per_sec=trained_rows / seconds if seconds > 0 and trained_rows else None)

@@ -2,7 +2,7 @@
 
 `<run_dir>/metrics.jsonl`   one JSON object per line: {"kind": "train"|"eval"|..., "step": ..., ...}
 `<run_dir>/tensorboard/`    scalar summaries (train/loss, train/lr, train/samples_per_sec, eval/auc, ...)
-`<run_dir>/metrics.png`     loss and AUC over steps (written by `close()`)
+`<run_dir>/metrics.png`     loss, AUC and MAP@12 (if measured) over steps (written by `close()`)
 
 Progress goes to a tqdm bar on an interactive terminal and to plain periodic lines otherwise (logs
 of batch jobs stay readable), also under a launcher such as mpirun, which forwards a pseudo-terminal.
@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, TextIO
 
 from dlrm.atomic import describe_os_error
 from dlrm.errors import PathError
+from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics, progress_text
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "metrics.png"
@@ -122,14 +123,13 @@ class MetricsLog:
                          f"{samples_per_sec:,.0f} samples/s")
         self._last_step = step
 
-    def eval(self, step: int, auc: float, logloss: float, **extra: float) -> None:
+    def eval(self, step: int, metrics: EvalMetrics, bayes: BayesOptimal = BayesOptimal()) -> None:
+        """An `eval` record (auc, logloss, rows, map_at_12 and groups if measured, the Bayes-optimal values
+        known) and a progress line."""
         if not self.enabled:
             return
-        values = {"auc": auc, "logloss": logloss}
-        values.update(extra)
-        self._record("eval", step, values)
-        details = "".join(f"  {k} {v:.5f}" if isinstance(v, float) else f"  {k} {v}" for k, v in extra.items())
-        self.message(f"eval at step {step}: AUC {auc:.5f}  logloss {logloss:.5f}{details}")
+        self._record("eval", step, {**metrics.record(), **bayes.record()})
+        self.message(f"eval at step {step}: {progress_text(metrics, bayes)}")
 
     def event(self, kind: str, step: int, **values) -> None:
         """Other one-off records (checkpoint written, run stopped, benchmark result)."""
@@ -176,8 +176,20 @@ def read_metrics(path: str) -> List[dict]:
     return sorted(latest.values(), key=lambda r: (r.get("step", 0), str(r.get("kind"))))
 
 
+def _plot_eval(ax, evals: List[dict], key: str, label: str) -> None:
+    """One evaluation metric against step, with its Bayes-optimal value as a dashed line when known."""
+    points = [r for r in evals if isinstance(r.get(key), (int, float))]
+    ax.plot([r["step"] for r in points], [r[key] for r in points], marker="o", lw=1, label=label)
+    bayes = [r[f"bayes_{key}"] for r in points if isinstance(r.get(f"bayes_{key}"), (int, float))]
+    if bayes:
+        ax.axhline(bayes[-1], color="gray", ls="--", lw=1, label=f"Bayes-optimal {label}")
+        ax.legend(loc="lower right")
+    ax.set_ylabel(f"eval {label}")
+    ax.grid(alpha=0.3)
+
+
 def plot_metrics(metrics_path: str, png_path: str) -> Optional[str]:
-    """Training loss and evaluation AUC against step, as a PNG (matplotlib, no display needed)."""
+    """Training loss, evaluation AUC and (when measured) MAP@12 against step, as a PNG (matplotlib, no display)."""
     records = read_metrics(metrics_path)
     train = [r for r in records if r["kind"] == "train" and isinstance(r.get("loss"), (int, float))]
     evals = [r for r in records if r["kind"] == "eval" and isinstance(r.get("auc"), (int, float))]
@@ -188,18 +200,16 @@ def plot_metrics(metrics_path: str, png_path: str) -> Optional[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (loss_ax, auc_ax) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    with_map = any(isinstance(r.get("map_at_12"), (int, float)) for r in evals)
+    fig, axes = plt.subplots(3 if with_map else 2, 1, figsize=(8, 8.5 if with_map else 6), sharex=True)
+    loss_ax = axes[0]
     loss_ax.plot([r["step"] for r in train], [r["loss"] for r in train], lw=1)
     loss_ax.set_ylabel("training loss")
     loss_ax.grid(alpha=0.3)
-    auc_ax.plot([r["step"] for r in evals], [r["auc"] for r in evals], marker="o", lw=1, label="AUC")
-    bayes = [r["bayes_auc"] for r in evals if isinstance(r.get("bayes_auc"), (int, float))]
-    if bayes:
-        auc_ax.axhline(bayes[-1], color="gray", ls="--", lw=1, label="Bayes-optimal AUC")
-        auc_ax.legend(loc="lower right")
-    auc_ax.set_ylabel("eval AUC")
-    auc_ax.set_xlabel("step")
-    auc_ax.grid(alpha=0.3)
+    _plot_eval(axes[1], evals, "auc", "AUC")
+    if with_map:
+        _plot_eval(axes[2], evals, "map_at_12", "MAP@12")
+    axes[-1].set_xlabel("step")
     fig.tight_layout()
     fig.savefig(png_path, dpi=100)
     plt.close(fig)

@@ -22,15 +22,17 @@ from dlrm.train import checkpoint, stopping
 from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
 from dlrm.train.checkpointing import checkpoint_dir_lock
 from dlrm.train.dataset import check_data, prepare_dataset
+from dlrm.train.eval_metrics import BayesOptimal, final_text
 from dlrm.train.evaluation import evaluate
 from dlrm.train.loop import train
 from dlrm.train.metrics_log import MetricsLog
+from dlrm.train.predictions import PredictionsPathError, path_problem
 from dlrm.train.restore import restore, restore_source
 from dlrm.train.result import RunResult
 from dlrm.train.step import make_predict_step
 
 
-def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
+def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     """--mode eval: restore the weights (no optimizer state) and evaluate on the test mapping."""
     source = restore_source(parts.config.train)
     if source is None:
@@ -38,11 +40,11 @@ def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes_auc: Optional[float
     step = int(restore(parts, source, training=False)["step"])
     started = time.perf_counter()
     try:
-        auc, logloss = evaluate(parts, make_predict_step(parts.model))
+        metrics = evaluate(parts, make_predict_step(parts.model), predictions_path=parts.config.train.predictions_path)
     except stopping.StopAgreed as agreed:
         raise agreed.final_error() from None
-    log.eval(step, auc, logloss, **({"bayes_auc": bayes_auc} if bayes_auc else {}))
-    return RunResult(mode="eval", step=step, auc=auc, logloss=logloss, bayes_auc=bayes_auc, checkpoint=source,
+    log.eval(step, metrics, bayes)
+    return RunResult(mode="eval", step=step, metrics=metrics, bayes=bayes, checkpoint=source,
                      seconds=time.perf_counter() - started)
 
 
@@ -97,19 +99,19 @@ def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
     return result
 
 
-def _run_mode(parts: Parts, log: MetricsLog, bayes_auc: Optional[float]) -> RunResult:
+def _run_mode(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     mode = parts.config.train.mode
     if mode == "train":
         export_to = parts.config.train.saved_model_output_path
         if export_to:
             check_target(export_to, overwrite=False)  # before step 1, on every rank: no training lost to it
         with checkpoint_dir_lock(parts):  # checked and locked before training, held to the end
-            result = train(parts, log, bayes_auc)
+            result = train(parts, log, bayes)
         if export_to and result.checkpoint and parts.group.rank == 0:
             export_after_training(result.checkpoint, export_to, parts.spec.base_directory, log)
         return result
     if mode == "eval":
-        return evaluate_checkpoint(parts, log, bayes_auc)
+        return evaluate_checkpoint(parts, log, bayes)
     if mode == "inference_benchmark":
         return inference_benchmark(parts, log)
     raise ValueError(f"unknown mode {mode!r}")
@@ -127,6 +129,15 @@ def log_features(parts: Parts, dataset_dir: str, log: MetricsLog) -> None:
     log.event("features", 0, numerical=list(contract.numerical), tables=checkpoint.table_records(contract))
 
 
+def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> None:
+    """Refuse a --predictions_path rank 0 cannot write before anything else runs, on every rank alike."""
+    if not path:
+        return
+    failures = group.agree(path_problem(path) if group.rank == 0 else None, name="predictions_path_agree")
+    if failures:
+        raise PredictionsPathError(failures[0].message)
+
+
 def run(config: Config) -> RunResult:
     """Set up, then run `config.train.mode`. Raises a UserError (NonFiniteLossError, CheckpointError, DataError,
     Interrupted, PeerRankFailed, ...) on failure."""
@@ -134,16 +145,15 @@ def run(config: Config) -> RunResult:
     group = dist.start()
     log = MetricsLog(config.train.run_dir, enabled=group.rank == 0)
     try:
+        check_predictions_path(config.train.predictions_path, group)
         dataset_dir = prepare_dataset(config.data, group, log)
         check_data(config, dataset_dir, group, log)
         parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train")
-        bayes_auc = parts.spec.metadata.get("bayes_auc") if not config.data.dataset_dir else None
+        bayes = BayesOptimal.of(parts.spec.metadata) if not config.data.dataset_dir else BayesOptimal()
         log_features(parts, dataset_dir, log)
-        result = _run_mode(parts, log, bayes_auc)
-        if result.auc is not None:
-            versus = (f"; Bayes-optimal AUC of this synthetic dataset {bayes_auc:.5f} "
-                      f"(ratio {result.auc / bayes_auc:.4f})") if bayes_auc else ""
-            log.message(f"final AUC {result.auc:.5f}, log loss {result.logloss:.5f} at step {result.step}{versus}")
+        result = _run_mode(parts, log, bayes)
+        if result.metrics is not None:
+            log.message(final_text(result.metrics, bayes, result.step))
         return result
     finally:
         log.close(plot=config.train.mode == "train")

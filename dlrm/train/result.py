@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
+from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
+
 
 @dataclass
 class RunResult:
@@ -11,10 +13,25 @@ class RunResult:
 
     mode: str
     step: int = 0
-    auc: Optional[float] = None
-    logloss: Optional[float] = None
-    bayes_auc: Optional[float] = None
+    metrics: Optional[EvalMetrics] = None  # the last evaluation's (train, eval modes)
+    bayes: BayesOptimal = field(default_factory=BayesOptimal)  # known only for the synthetic dataset
     checkpoint: Optional[str] = None
     samples_per_sec: Optional[float] = None
     seconds: float = 0.0
     extra: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def auc(self) -> Optional[float]:
+        return None if self.metrics is None else self.metrics.auc
+
+    @property
+    def logloss(self) -> Optional[float]:
+        return None if self.metrics is None else self.metrics.logloss
+
+    @property
+    def map_at_12(self) -> Optional[float]:
+        return None if self.metrics is None else self.metrics.map_at_12
+
+    @property
+    def bayes_auc(self) -> Optional[float]:
+        return self.bayes.auc

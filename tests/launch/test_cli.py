@@ -99,6 +99,12 @@ def test_export_flag_maps_to_its_field():
     assert c.train.saved_model_output_path == "/m" and Config().train.saved_model_output_path is None
 
 
+def test_predictions_path_in_the_evaluating_modes():
+    assert parse_config(["--predictions_path", "/p.csv"]).train.predictions_path == "/p.csv"
+    config = parse_config(["--mode", "eval", "--restore_checkpoint_path", "/c", "--predictions_path", "p.csv"])
+    assert config.train.predictions_path == "p.csv" and Config().train.predictions_path is None
+
+
 def test_every_parser_flag_is_exercised_above():
     """A new flag must be added to test_every_flag_maps_to_its_field."""
     flags = {opt for action in build_parser()._actions for opt in action.option_strings} - {"-h", "--help"}
@@ -129,6 +135,7 @@ def test_every_parser_flag_is_exercised_above():
     (["--warmup_steps", "-1"], "argument --warmup_steps: expected an integer >= 0, got '-1'"),
     (["--global_batch_size", "abc"], "argument --global_batch_size: expected a positive integer, got 'abc'"),
     (["--warmup_steps", "300"], "--decay_start_step (200) must not come before the end of the warmup"),
+    (["--mode", "inference_benchmark", "--predictions_path", "p.csv"], "--predictions_path needs --mode eval or train"),
 ])
 def test_bad_flags_are_rejected_with_a_clear_message(argv, message):
     with pytest.raises(UsageError) as caught:

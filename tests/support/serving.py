@@ -2,9 +2,8 @@
 test rows read straight from the split-binary files, against the trainer's own scores of the same
 checkpoint.
 
-`trainer_predictions` is the one place that asks the trainer for its scores: today the eval mode's
-restore, reader and predict step in a worker process (tests/workers/predictions.py); with `main.py --mode
-eval --predictions_path CSV` it becomes `_predictions_from_csv` (one line to switch).
+`trainer_predictions` is the one place that asks the trainer for its scores: `main.py --mode eval
+--predictions_path CSV` on the checkpoint, the file a user would read.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import textwrap
 import numpy as np
 import yaml
 
-from tests.support.multirank import run_single, scratch_dir, worker_argv
+from tests.support.multirank import run_single, scratch_dir
 
 FRESH_SCORER = textwrap.dedent('''
     import sys
@@ -44,13 +43,7 @@ FRESH_SCORER = textwrap.dedent('''
 def trainer_predictions(flags: list) -> dict:
     """{"labels", "logits"} of the test mapping in dataset order, as the trainer scores the checkpoint of the
     main.py run given by `flags`."""
-    return _predictions_from_worker(flags)
-
-
-def _predictions_from_worker(flags: list) -> dict:
-    out = os.path.join(scratch_dir("trainer_predictions_"), "predictions.npz")
-    run_single(worker_argv("predictions", out, *flags), timeout=240).check()
-    return dict(np.load(out))
+    return _predictions_from_csv(flags)
 
 
 def _predictions_from_csv(flags: list) -> dict:

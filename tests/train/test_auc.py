@@ -11,14 +11,7 @@ from dlrm.model.dlrm import build_model
 from dlrm.train.evaluation import predict_batches
 from dlrm.train.step import make_predict_step
 from tests.support.contracts import one_hot_contract
-
-
-def brute_force_auc(labels, scores):
-    pos = scores[labels == 1]
-    neg = scores[labels == 0]
-    greater = (pos[:, None] > neg[None, :]).sum()
-    ties = (pos[:, None] == neg[None, :]).sum()
-    return (greater + 0.5 * ties) / (len(pos) * len(neg))
+from tests.support.displays import brute_force_auc
 
 
 @pytest.mark.parametrize("n,levels,seed", [(50, 5, 0), (999, 20, 1), (2000, 3, 2), (1500, None, 3)])
@@ -53,7 +46,7 @@ def test_log_loss_from_logits_is_stable_and_matches_the_definition():
     assert log_loss_from_logits([0], [1000.0]) == pytest.approx(1000.0)
 
 
-Batch = namedtuple("Batch", "numerical categorical label global_rows")
+Batch = namedtuple("Batch", "numerical categorical label global_rows first_row group")
 
 
 def test_predict_batches_collects_every_row_including_empty_batches():
@@ -62,15 +55,16 @@ def test_predict_batches_collects_every_row_including_empty_batches():
                         LocalEmbedding(contract.tables, seed=0))
     rng = np.random.default_rng(0)
     batches = []
-    for b in (5, 0, 3):
+    for first_row, b in ((0, 5), (5, 0), (10, 3)):
         batches.append(Batch(rng.normal(size=(b, 13)).astype(np.float32),
                              rng.integers(0, 4, size=(b, 2)).astype(np.int32),
-                             (rng.random(b) < 0.5).astype(np.float32), 8))
+                             (rng.random(b) < 0.5).astype(np.float32), 8, first_row, None))
     step = make_predict_step(model)
-    labels, logits = predict_batches(step, batches)
-    assert labels.shape == logits.shape == (8,)
-    np.testing.assert_array_equal(labels, np.concatenate([b.label for b in batches]))
+    got = predict_batches(step, batches)
+    assert got.labels.shape == got.logits.shape == (8,) and got.groups is None
+    np.testing.assert_array_equal(got.labels, np.concatenate([b.label for b in batches]))
+    np.testing.assert_array_equal(got.slices, [[0, 5], [5, 0], [10, 3]])
     direct = np.concatenate([model(b.numerical, b.categorical).numpy() for b in batches])
-    np.testing.assert_allclose(logits, direct, rtol=1e-6)
+    np.testing.assert_allclose(got.logits, direct, rtol=1e-6)
     assert step.experimental_get_tracing_count() == 1  # one trace for all batch sizes
-    assert predict_batches(step, [])[0].shape == (0,)
+    assert predict_batches(step, []).labels.shape == (0,)

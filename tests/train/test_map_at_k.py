@@ -5,24 +5,7 @@ import numpy as np
 import pytest
 
 from dlrm.metrics import map_at_k
-
-
-def brute_force_map(groups, labels, scores, k=12):
-    """Per group: sort rows by score descending, clicked rows after unclicked ones on a tie, then AP@k."""
-    aps = []
-    for g in sorted(set(groups.tolist())):
-        rows = [(float(s), int(y)) for gg, y, s in zip(groups, labels, scores) if gg == g]
-        clicks = sum(y for _, y in rows)
-        if clicks == 0:
-            continue
-        rows.sort(key=lambda r: (-r[0], r[1]))
-        hits, total = 0, 0.0
-        for position, (_, y) in enumerate(rows[:k], start=1):
-            if y:
-                hits += 1
-                total += hits / position
-        aps.append(total / min(clicks, k))
-    return float(np.mean(aps)) if aps else float("nan")
+from tests.support.displays import brute_force_map
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -16,6 +16,7 @@ from dlrm.dist import single_process
 from dlrm.train import checkpoint, checkpointing
 from dlrm.train.build import build_parts, configure_tensorflow, make_reader
 from dlrm.train.dataset import prepare_dataset
+from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
 from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.modes import run
 from dlrm.train.step import make_train_step
@@ -169,7 +170,7 @@ def test_metrics_log_plain_lines_and_torn_file(tmp_path, capsys):
     log = MetricsLog(str(tmp_path), use_tqdm=False, tensorboard=False, stream=stream)
     log.start(10)
     log.train(5, 0.5, 0.1, 1000.0, epoch=0.5)
-    log.eval(5, 0.75, 0.45, bayes_auc=0.8)
+    log.eval(5, EvalMetrics(0.75, 0.45, rows=100), BayesOptimal(auc=0.8))
     log.close(plot=False)
     assert "step        5" in stream.getvalue() and "AUC 0.75000" in stream.getvalue()
     with open(tmp_path / "metrics.jsonl", "a") as f:
