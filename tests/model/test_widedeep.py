@@ -55,7 +55,7 @@ def test_model_tables_are_the_deep_ones_then_one_dim_1_wide_table_per_feature():
     assert [t.name for t in tables] == ["ad", "platform", "topics", "ad_wide", "platform_wide", "topics_wide"]
     assert [t.dim for t in tables] == [8, 2, 4, 1, 1, 1]
     assert [(t.rows, t.hotness, t.multi_hot) for t in tables[3:]] == [(t.rows, t.hotness, t.multi_hot) for t in TABLES]
-    assert tables[5].combiner == "sum" and tables[2].combiner == "mean"  # wide bags are summed whatever the feature says
+    assert tables[5].combiner == "sum" and tables[2].combiner == "mean"  # wide bags: summed whatever the feature says
     assert {t.initializer for t in tables[:3]} == {"glorot_normal"} and {t.initializer for t in tables[3:]} == {"zeros"}
     assert [t.name for t in model_tables(config(model_type="deep"), CONTRACT)] == ["ad", "platform", "topics"]
     assert [t.name for t in model_tables(config(model_type="wide"), CONTRACT)] == ["ad_wide", "platform_wide",

@@ -69,7 +69,8 @@ def test_resume_from_a_mid_run_checkpoint_ends_bit_identical(dataset, full_run, 
     step_dir = root / "ckpt" / checkpoint.step_dir_name(4)
     shutil.copytree(step_dir, tmp_path / "ckpt" / step_dir.name)
     (tmp_path / "ckpt" / checkpoint.LATEST).write_text(step_dir.name + "\n")
-    result = _run(dataset, tmp_path / "run", "--checkpoint_every", "4", "--save_checkpoint_path", str(tmp_path / "ckpt"))
+    result = _run(dataset, tmp_path / "run", "--checkpoint_every", "4",
+                  "--save_checkpoint_path", str(tmp_path / "ckpt"))
     assert result.step == STEPS
     assert_same_final_weights(str(root / "ckpt"), str(tmp_path / "ckpt"), step=STEPS)
 
