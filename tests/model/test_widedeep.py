@@ -172,3 +172,15 @@ def test_keep_mask_keeps_one_minus_rate_of_the_units_independently():
     other_layer = keep_mask(4000, 256, 0.1, 0, tf.constant(3, tf.int64), tf.constant(2**33, tf.int64), layer=3)
     agreement = np.mean(mask == other_layer.numpy())
     assert abs(agreement - (0.9 ** 2 + 0.1 ** 2)) < 0.005  # layers draw independent masks
+
+
+def test_amp_computes_the_deep_part_in_16_bits_and_stays_close():
+    numerical, categorical = batch()
+    cfg = config()
+    mixed = build_model(cfg, CONTRACT, LocalEmbedding(model_tables(cfg, CONTRACT), seed=cfg.seed), amp=True)
+    assert mixed.dense_dtype in (tf.bfloat16, tf.float16)
+    assert all(v.dtype == tf.float32 for v in mixed.trainable_variables)
+    logits = mixed(numerical, categorical, training=True, step=1, first_row=0)
+    assert logits.dtype == tf.float32
+    np.testing.assert_allclose(mixed(numerical, categorical).numpy(), model()(numerical, categorical).numpy(),
+                               atol=0.05)
