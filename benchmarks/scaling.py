@@ -162,7 +162,7 @@ def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float,
     batches = []
     for batch in make_reader(parts, "train", model.global_batch, partial_batch="drop"):
         batches.append((tf.constant(batch.numerical), tf.constant(batch.categorical), tf.constant(batch.label),
-                        tf.constant(np.float32(batch.global_rows))))
+                        tf.constant(np.float32(batch.global_rows)), tf.constant(np.int64(batch.first_row))))
     for i in range(3):  # warm-up: tracing, first allocations
         step(*batches[i % len(batches)]).numpy()
     began = time.time()

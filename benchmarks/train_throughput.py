@@ -119,7 +119,7 @@ def ours(config: Config, embeddings, batches, amp: bool, xla: bool) -> Candidate
         for _ in range(steps):
             numerical, categorical, labels = batches[cursor[0] % len(batches)]
             cursor[0] += 1
-            loss = train_step(numerical, categorical, labels, global_rows)
+            loss = train_step(numerical, categorical, labels, global_rows, tf.constant(0, tf.int64))
             rows += int(numerical.shape[0])
         float(loss)  # wait for the last step
         return rows

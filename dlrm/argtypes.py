@@ -70,6 +70,12 @@ def non_negative_number(text: str) -> float:
     return _within(value, value >= 0, "a number >= 0", text)
 
 
+def dropout_rate(text: str) -> float:
+    """A dropout rate: a number in [0, 1)."""
+    value = _number(text, "a rate in [0, 1)")
+    return _within(value, 0 <= value < 1, "a rate in [0, 1)", text)
+
+
 _DASH_OR_COMMA_LIST = re.compile(r"\s*\d+(\s*[-,]\s*\d+)*\s*")
 _COMMA_LIST = re.compile(r"\s*\d+(\s*,\s*\d+)*\s*")
 

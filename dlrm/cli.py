@@ -2,9 +2,11 @@
 
 Flag names follow NVIDIA's TF2 DLRM scripts where they have one (`--dataset_path`,
 `--global_batch_size`, `--bottom_mlp_dims`, ...). Defaults are the reference configuration
-(`dlrm.config`). Without `--dataset_path` the run uses the embedded synthetic dataset and the
-`DEMO_PRESET` below is applied first, so that `python main.py` finishes in a few minutes on a laptop;
-flags given explicitly always win over the preset.
+(`dlrm.config`). `--arch widedeep` takes NVIDIA's Wide & Deep defaults (`WIDEDEEP_PRESET`; flag names
+from NVIDIA's W&D scripts where they have one: `--num_epochs`, `--deep_hidden_units`, ...). Without
+`--dataset_path` the run uses the embedded synthetic dataset and the `DEMO_PRESET` (DLRM, DCNv2) or
+`WIDEDEEP_DEMO_PRESET` below is applied first, so that `python main.py` finishes in a few minutes on a
+laptop; flags given explicitly always win over the presets.
 
 Every flag is declared with `argparse.SUPPRESS` as its default, so the parsed namespace holds only
 the flags the user actually typed; that is how the demo preset and the reference defaults coexist.
@@ -18,6 +20,7 @@ from dlrm.argtypes import (
     DEBUG_HELP,
     ArgumentParser,
     count,
+    dropout_rate,
     layer_sizes,
     non_negative_number,
     positive_int,
@@ -25,7 +28,7 @@ from dlrm.argtypes import (
     seed,
     show_default,
 )
-from dlrm.config import ARCHS, Config
+from dlrm.config import ARCHS, DEEP_OPTIMIZERS, MODEL_TYPES, Config
 from dlrm.data.criteo import PRESET_NAMES
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
 from dlrm.embedding.planner import STRATEGIES, byte_size, positive_byte_size
@@ -51,23 +54,54 @@ DEMO_PRESET: dict[tuple[str, str], object] = {
     ("train", "run_dir"): "runs/demo",
 }
 
+# --arch widedeep: NVIDIA's TF2 Wide & Deep defaults where they differ from the DLRM ones.
+WIDEDEEP_PRESET: dict[tuple[str, str], object] = {
+    ("data", "global_batch_size"): 131072,
+    ("data", "eval_batch_size"): 131072,
+    ("train", "epochs"): 20.0,
+    ("train", "log_every_steps"): 100,
+}
+
+# --arch widedeep without --dataset_path: the Outbrain-shaped synthetic preset and a model and schedule
+# for a short CPU run. Placeholder values, to be tuned on the generated dataset.
+WIDEDEEP_DEMO_PRESET: dict[tuple[str, str], object] = {
+    ("data", "synthetic_preset"): "widedeep_tiny",
+    ("data", "global_batch_size"): 4096,
+    ("data", "eval_batch_size"): 16384,
+    ("model", "deep_hidden_units"): (256, 256, 256),
+    ("optimizer", "deep_learning_rate"): 0.001,
+    ("optimizer", "deep_warmup_epochs"): 0.25,
+    ("train", "epochs"): 1.0,
+    ("train", "eval_every_steps"): 128,
+    ("train", "log_every_steps"): 20,
+    ("train", "run_dir"): "runs/widedeep_demo",
+}
+
 
 # flag dest -> the (section, field) pairs it sets. One row per flag; no **kwargs splatting.
 _FLAG_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
-         type: Optional[Callable] = None, choices=None, action: Optional[str] = None) -> None:
+         type: Optional[Callable] = None, choices=None, action: Optional[str] = None, nargs: Optional[str] = None,
+         const: object = None) -> None:
     dest = flag.lstrip("-")
     defaults = Config()
     section, name = targets[0]
     shown = getattr(getattr(defaults, section), name)
-    demo = DEMO_PRESET.get((section, name))
-    suffix = f" (default: {show_default(shown)}" + (f"; demo: {show_default(demo)})" if demo is not None else ")")
+    presets = [(label, preset[(section, name)]) for label, preset in
+               (("demo", DEMO_PRESET), ("widedeep", WIDEDEEP_PRESET), ("widedeep demo", WIDEDEEP_DEMO_PRESET))
+               if (section, name) in preset]
+    suffix = f" (default: {show_default(shown)}" + "".join(f"; {label}: {show_default(value)}"
+                                                          for label, value in presets) + ")"
     kwargs: dict[str, object] = {"dest": dest, "help": help + suffix}
-    if action:
+    if const is not None:
+        kwargs.update(action="store_const", const=const)
+    elif action:
         kwargs["action"] = action
     else:
+        if nargs:
+            kwargs["nargs"] = nargs
         kwargs["type"] = type or str
         if choices:
             kwargs["choices"] = choices
@@ -105,6 +139,8 @@ def _data_flags(parser: argparse.ArgumentParser) -> None:
          type=positive_int)
     _add(data, "--valid_batch_size", [("data", "eval_batch_size")], "evaluation batch over all ranks",
          type=positive_int)
+    _add(data, "--eval_batch_size", [("data", "eval_batch_size")], "the same as --valid_batch_size",
+         type=positive_int)
     _add(data, "--partial_batch", [("data", "partial_batch")], "last smaller batch of an epoch",
          choices=["keep", "drop"])
     _add(data, "--prefetch_batches", [("data", "prefetch_batches")], "batches read ahead", type=count)
@@ -117,8 +153,8 @@ def _data_flags(parser: argparse.ArgumentParser) -> None:
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group("model")
-    _add(model, "--arch", [("model", "arch")], "model: DLRM (dot interaction) or DCNv2 (cross layers)",
-         choices=ARCHS)
+    _add(model, "--arch", [("model", "arch")],
+         "model: DLRM (dot interaction), DCNv2 (cross layers) or Wide & Deep", choices=ARCHS)
     _add(model, "--embedding_dim", [("model", "embedding_dim")],
          "embedding vector size of the tables whose feature spec entry sets none", type=positive_int)
     _add(model, "--combiner", [("model", "combiner")],
@@ -129,6 +165,12 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
     _add(model, "--dcn_num_layers", [("model", "num_cross_layers")], "DCNv2 cross layers", type=positive_int)
     _add(model, "--dcn_low_rank_dim", [("model", "cross_projection_dim")], "DCNv2 low-rank projection size",
          type=positive_int)
+    _add(model, "--deep_hidden_units", [("model", "deep_hidden_units")],
+         "Wide & Deep: hidden layer sizes of the deep part, e.g. 1024 1024 1024", type=positive_int, nargs="+")
+    _add(model, "--deep_dropout", [("model", "deep_dropout")], "Wide & Deep: dropout after each deep hidden layer",
+         type=dropout_rate)
+    _add(model, "--model_type", [("model", "model_type")], "Wide & Deep: the parts the model keeps",
+         choices=list(MODEL_TYPES))
 
 
 def _optimizer_flags(parser: argparse.ArgumentParser) -> None:
@@ -144,6 +186,14 @@ def _optimizer_flags(parser: argparse.ArgumentParser) -> None:
     _add(optim, "--decay_power", [("optimizer", "decay_power")], "power of the polynomial decay", type=positive_number)
     _add(optim, "--end_learning_rate", [("optimizer", "end_learning_rate")], "learning rate after the decay",
          type=non_negative_number)
+    _add(optim, "--linear_learning_rate", [("optimizer", "linear_learning_rate")],
+         "Wide & Deep: FTRL learning rate of the wide part (constant)", type=positive_number)
+    _add(optim, "--deep_learning_rate", [("optimizer", "deep_learning_rate")],
+         "Wide & Deep: peak learning rate of the deep part", type=positive_number)
+    _add(optim, "--deep_warmup_epochs", [("optimizer", "deep_warmup_epochs")],
+         "Wide & Deep: epochs of linear warmup of the deep part's learning rate", type=non_negative_number)
+    _add(optim, "--deep_optimizer", [("optimizer", "deep_optimizer")], "Wide & Deep: optimizer of the deep part",
+         choices=list(DEEP_OPTIMIZERS))
 
 
 def _placement_flags(parser: argparse.ArgumentParser) -> None:
@@ -162,9 +212,11 @@ def _placement_flags(parser: argparse.ArgumentParser) -> None:
 def _run_flags(parser: argparse.ArgumentParser) -> None:
     train = parser.add_argument_group("training run")
     _add(train, "--mode", [("train", "mode")], "what to run", choices=["train", "eval", "inference_benchmark"])
+    _add(train, "--evaluate", [("train", "mode")], "the same as --mode eval", const="eval")
     _add(train, "--max_steps", [("train", "max_steps")], "stop after this many global steps", type=positive_int)
     _add(train, "--epochs", [("train", "epochs")], "passes over the training data (fractions allowed)",
          type=positive_number)
+    _add(train, "--num_epochs", [("train", "epochs")], "the same as --epochs", type=positive_number)
     _add(train, "--eval_every", [("train", "eval_every_steps")], "evaluate every N steps (and at the end)",
          type=positive_int)
     _add(train, "--log_every", [("train", "log_every_steps")], "log training metrics every N steps",
@@ -192,10 +244,13 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     _add(train, "--predictions_path", [("train", "predictions_path")],
          "write every evaluated row's group_id,label,logit,probability to this CSV file (eval mode; train mode: "
          "the final evaluation)")
+    _add(train, "--benchmark", [("train", "benchmark")],
+         "train mode: time --benchmark_steps training steps after --benchmark_warmup_steps, report samples/s, "
+         "stop (no checkpoint, no evaluation)", action="store_true")
     _add(train, "--benchmark_warmup_steps", [("train", "benchmark_warmup_steps")],
-         "inference_benchmark: untimed batches", type=count)
-    _add(train, "--benchmark_steps", [("train", "benchmark_steps")], "inference_benchmark: timed batches",
-         type=positive_int)
+         "inference_benchmark and --benchmark: untimed batches", type=count)
+    _add(train, "--benchmark_steps", [("train", "benchmark_steps")],
+         "inference_benchmark and --benchmark: timed batches", type=positive_int)
     _add(train, "--debug", [("train", "debug")], DEBUG_HELP, action="store_true")
 
 
@@ -203,15 +258,25 @@ def _set(config: Config, section: str, name: str, value) -> None:
     setattr(getattr(config, section), name, value)
 
 
+def apply_preset(config: Config, preset: dict[tuple[str, str], object]) -> None:
+    for (section, name), value in preset.items():
+        _set(config, section, name, value)
+
+
 def apply_demo_preset(config: Config) -> None:
     """Overwrite `config` with the embedded-demo values (used only when no dataset is given)."""
-    for (section, name), value in DEMO_PRESET.items():
-        _set(config, section, name, value)
+    apply_preset(config, DEMO_PRESET)
 
 
 def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     for problem in config.model.problems() + config.optimizer.problems():
         parser.error(problem)
+    model, optim, train = config.model, config.optimizer, config.train
+    if model.arch == "widedeep" and optim.deep_warmup_epochs > train.epochs:
+        parser.error(f"--deep_warmup_epochs ({optim.deep_warmup_epochs:g}) must not exceed --num_epochs "
+                     f"({train.epochs:g}): the deep learning-rate schedule is laid out over the epochs")
+    if train.benchmark and train.mode != "train":
+        parser.error(f"--benchmark times training steps; it cannot be combined with --mode {train.mode}")
     if config.train.mode == "eval" and not config.train.restore_checkpoint_path \
             and not config.train.save_checkpoint_path:
         parser.error("--mode eval needs --restore_checkpoint_path (or --save_checkpoint_path holding a checkpoint)")
@@ -227,10 +292,13 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> Config:
     parser = build_parser()
     given = vars(parser.parse_args(list(argv) if argv is not None else None))
     config = Config()
+    widedeep = given.get("arch") == "widedeep"
+    if widedeep:
+        apply_preset(config, WIDEDEEP_PRESET)
     if "dataset_path" not in given:
-        apply_demo_preset(config)
+        apply_preset(config, WIDEDEEP_DEMO_PRESET if widedeep else DEMO_PRESET)
     for dest, value in given.items():
         for section, name in _FLAG_FIELDS[dest]:
-            _set(config, section, name, value)
+            _set(config, section, name, tuple(value) if isinstance(value, list) else value)
     _validate(config, parser)
     return config

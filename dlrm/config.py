@@ -35,7 +35,9 @@ class DataConfig:
     skip_data_validation: bool = False
 
 
-ARCHS = ("dlrm", "dcnv2")
+ARCHS = ("dlrm", "dcnv2", "widedeep")
+MODEL_TYPES = ("wide", "deep", "wide_n_deep")  # --arch widedeep: which parts the model keeps
+DEEP_OPTIMIZERS = ("rmsprop", "adagrad")  # --arch widedeep: the deep part's optimizer (the wide part: FTRL)
 
 
 def _sizes(dims) -> str:
@@ -45,13 +47,17 @@ def _sizes(dims) -> str:
 
 @dataclass
 class ModelConfig:
-    arch: str = "dlrm"  # "dlrm" (dot interaction) or "dcnv2" (low-rank cross layers)
+    arch: str = "dlrm"  # "dlrm" (dot interaction), "dcnv2" (low-rank cross layers) or "widedeep"
     embedding_dim: int = 128  # the dim of every table whose feature spec entry sets none
     combiner: str = "sum"  # pooling of a multi-hot bag ("sum" or "mean") unless its spec entry sets one
     bottom_mlp: tuple[int, ...] = (512, 256, 128)
     top_mlp: tuple[int, ...] = (1024, 1024, 512, 256, 1)
     num_cross_layers: int = 3
     cross_projection_dim: int = 512
+    # Wide & Deep (NVIDIA's TF2 defaults): the deep MLP's hidden layers (then one logit), dropout after each.
+    deep_hidden_units: tuple[int, ...] = (1024, 1024, 1024, 1024, 1024)
+    deep_dropout: float = 0.1
+    model_type: str = "wide_n_deep"  # or "wide" / "deep": only that part
     seed: int = 0
 
     def problems(self) -> list[str]:
@@ -60,6 +66,10 @@ class ModelConfig:
         found = []
         if self.arch not in ARCHS:
             found.append(f"model arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.model_type not in MODEL_TYPES:
+            found.append(f"model type must be one of {MODEL_TYPES}, got {self.model_type!r}")
+        if not 0.0 <= self.deep_dropout < 1.0:
+            found.append(f"the deep dropout rate (--deep_dropout) must be in [0, 1), got {self.deep_dropout}")
         if tuple(self.top_mlp)[-1:] != (1,):
             found.append(f"the top MLP (--top_mlp_dims) must end in 1 unit (a logit), got {_sizes(self.top_mlp)}")
         return found
@@ -74,6 +84,12 @@ class OptimizerConfig:
     decay_steps: int = 24000
     decay_power: float = 2.0
     end_learning_rate: float = 0.0  # the decay is clamped here past its end
+    # --arch widedeep (NVIDIA's TF2 defaults): FTRL on the wide part at a constant rate; the deep part's
+    # optimizer with a warmup over `deep_warmup_epochs`, then 1/4, then 1/8 of its rate (schedule.py).
+    linear_learning_rate: float = 0.02
+    deep_learning_rate: float = 0.00012
+    deep_warmup_epochs: float = 6.0
+    deep_optimizer: str = "rmsprop"
 
     def problems(self) -> list[str]:
         """Why this schedule cannot run (empty if it can): checked by the CLI before anything starts."""
@@ -116,6 +132,7 @@ class TrainConfig:
     benchmark_warmup_steps: int = 5  # inference_benchmark: untimed batches, then timed ones
     benchmark_steps: int = 50
     saved_model_output_path: Optional[str] = None  # export for serving at the end of training (dlrm.export)
+    benchmark: bool = False  # train mode: time benchmark_steps steps after benchmark_warmup_steps, then stop
     debug: bool = False  # tracebacks for errors caused by input or configuration too
 
 

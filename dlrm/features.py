@@ -16,6 +16,10 @@ from typing import List, Optional, Sequence, Tuple
 
 COMBINERS = ("sum", "mean")
 PADDING_ID = -1
+# How a table's weights start (`dlrm.embedding.local.initial_table_values`): "uniform" in
+# [-sqrt(1/rows), sqrt(1/rows)) (reference DLRM), "glorot_normal" (Keras' truncated form, Wide & Deep's
+# deep tables) or "zeros" (Wide & Deep's wide tables).
+INITIALIZERS = ("uniform", "glorot_normal", "zeros")
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,7 @@ class TableConfig:
 
     `hotness`: ids per row (1 for one-hot; `max_hotness` for multi-hot, padded with -1).
     `multi_hot`: the feature is a bag (pooled with `combiner`), even if its hotness is 1.
+    `initializer`: one of INITIALIZERS; the model decides it (`dlrm.model.tables.model_tables`), not the data.
     """
 
     name: str
@@ -32,6 +37,7 @@ class TableConfig:
     hotness: int = 1
     combiner: str = "sum"
     multi_hot: bool = False
+    initializer: str = "uniform"
 
     def problems(self) -> List[str]:
         """Why this table cannot be built (empty if it can)."""
@@ -46,6 +52,8 @@ class TableConfig:
             found.append(f"feature {self.name!r}: a one-hot feature has hotness 1, got {self.hotness}")
         if self.combiner not in COMBINERS:
             found.append(f"feature {self.name!r}: combiner must be one of {COMBINERS}, got {self.combiner!r}")
+        if self.initializer not in INITIALIZERS:
+            found.append(f"table {self.name!r}: initializer must be one of {INITIALIZERS}, got {self.initializer!r}")
         return found
 
 

@@ -24,7 +24,7 @@ gather per source (its positions form a permutation), so nothing is scattered el
 shard's gradient sums the contributions of every rank's loss; the process group's averaging tape
 divides model-parallel gradients by the world size (docs/architecture.md, "Loss and gradients").
 
-Every piece starts with `initial_table_values` of its own rectangle, so the sharded model equals the
+Every piece starts with `table_initial_values` of its own rectangle, so the sharded model equals the
 single-process `LocalEmbedding` built with the same seed.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from dlrm import dist
 from dlrm.embedding.base import EmbeddingCollection, TablePiece
 from dlrm.embedding.blocks import stitch_blocks
 from dlrm.embedding.exchange import Exchange, Route, TableAssembly
-from dlrm.embedding.local import initial_table_values
+from dlrm.embedding.local import table_initial_values
 from dlrm.embedding.planner import Plan
 from dlrm.embedding.pooling import bag_counts, bag_sums, mean_of, pool
 from dlrm.features import PADDING_ID, TableConfig
@@ -63,7 +63,7 @@ class DistributedEmbedding(EmbeddingCollection):
         for t, (table, placement) in enumerate(zip(self.tables, plan.tables)):
             if placement.kind == "replicated":
                 self.replicated_tables[t] = tf.Variable(
-                    initial_table_values(t, table.rows, table.dim, self.seed), trainable=True,
+                    table_initial_values(t, table, self.seed), trainable=True,
                     dtype=tf.float32, name=f"embedding_table_{t}")
                 continue
             sharded[t] = [(owner, piece) for owner, piece in placement.pieces]
@@ -74,7 +74,7 @@ class DistributedEmbedding(EmbeddingCollection):
 
     def _shard_variable(self, piece: TablePiece) -> tf.Variable:
         table = self.tables[piece.table]
-        value = initial_table_values(piece.table, table.rows, table.dim, self.seed,
+        value = table_initial_values(piece.table, table, self.seed,
                                      (piece.row_start, piece.row_end), (piece.col_start, piece.col_end))
         return tf.Variable(value, trainable=True, dtype=tf.float32,
                            name=f"embedding_t{piece.table}_r{piece.row_start}-{piece.row_end}"

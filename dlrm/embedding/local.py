@@ -1,6 +1,7 @@
 """Single-process embedding tables: one float32 variable per table, sparse gradients.
 
-Initial values come from `initial_table_values`, a counter-based hash of (seed, table, row, column).
+Initial values come from `initial_table_values`, a counter-based hash of (seed, table, row, column)
+turned into the table's initializer (uniform, truncated Glorot normal, or zeros).
 Any rectangle of any table can therefore be generated on its own, without materialising the table,
 and equals the same region of the full table bit for bit. The sharded twin
 (`dlrm.embedding.distributed`) initialises its row/column slices with it, which is what makes a
@@ -44,6 +45,24 @@ def init_scale(rows: int) -> float:
     return math.sqrt(1.0 / rows)
 
 
+# Keras' GlorotNormal draws a normal truncated at 2 standard deviations, scaled so that the truncated
+# distribution keeps the std sqrt(2 / (fan_in + fan_out)); this is the std of N(0, 1) truncated at +-2.
+_TRUNCATED_NORMAL_STD = 0.87962566103423978
+_NORMAL_CDF_MINUS_2 = 0.5 * math.erfc(2.0 / math.sqrt(2.0))
+
+
+def _from_unit(unit: np.ndarray, initializer: str, rows: int, dim: int) -> np.ndarray:
+    """Uniform [0, 1) draws -> the initializer's values (float64): an inverse-CDF map, element by element."""
+    if initializer == "uniform":
+        return (2.0 * unit - 1.0) * init_scale(rows)
+    if initializer == "glorot_normal":  # fan_in = rows, fan_out = dim, as Keras for an [rows, dim] table
+        # the midpoint of the 2^-24 cell keeps p strictly inside (Phi(-2), Phi(2))
+        p = _NORMAL_CDF_MINUS_2 + (unit + 0.5 / (1 << 24)) * (1.0 - 2.0 * _NORMAL_CDF_MINUS_2)
+        std = math.sqrt(2.0 / (rows + dim)) / _TRUNCATED_NORMAL_STD
+        return tf.math.ndtri(tf.constant(p, tf.float64)).numpy() * std
+    raise ValueError(f"unknown table initializer {initializer!r}")
+
+
 def initial_table_values(
     table_index: int,
     rows: int,
@@ -51,13 +70,15 @@ def initial_table_values(
     seed: int,
     row_range: Optional[Tuple[int, int]] = None,
     col_range: Optional[Tuple[int, int]] = None,
+    initializer: str = "uniform",
 ) -> np.ndarray:
     """Initial values of rows [r0, r1) x columns [c0, c1) of table `table_index` (float32).
 
-    Element (row, col) is uniform in [-sqrt(1/rows), sqrt(1/rows)), drawn from
-    splitmix64(key(seed, table) + (row * dim + col) * golden) — a pure function of its coordinates,
-    so slices generated separately tile the full table exactly. Works in row chunks, so memory is
-    proportional to the slice, never to the table.
+    Element (row, col) comes from u = splitmix64(key(seed, table) + (row * dim + col) * golden), a
+    uniform draw that is a pure function of its coordinates, so slices generated separately tile the
+    full table exactly: "uniform" is uniform in [-sqrt(1/rows), sqrt(1/rows)), "glorot_normal" the
+    truncated normal of Keras' GlorotNormal through the inverse normal CDF of u, "zeros" zeros. Works in
+    row chunks, so memory is proportional to the slice, never to the table.
     """
     r0, r1 = row_range if row_range is not None else (0, rows)
     c0, c1 = col_range if col_range is not None else (0, dim)
@@ -66,11 +87,12 @@ def initial_table_values(
             f"table {table_index}: slice rows [{r0}, {r1}) x cols [{c0}, {c1}) is outside the table "
             f"shape ({rows}, {dim})"
         )
+    if initializer == "zeros":
+        return np.zeros((r1 - r0, c1 - c0), dtype=np.float32)
     out = np.empty((r1 - r0, c1 - c0), dtype=np.float32)
     if out.size == 0:
         return out
     key = _table_key(seed, table_index)
-    scale = init_scale(rows)
     cols = np.arange(c0, c1, dtype=np.uint64)
     rows_per_chunk = max(1, _CHUNK_ELEMENTS // (c1 - c0))
     with np.errstate(over="ignore"):
@@ -81,8 +103,15 @@ def initial_table_values(
             bits = _splitmix64(counters * np.uint64(_GOLDEN) + key)
             # Top 24 bits -> a float in [0, 1) that float32 represents exactly.
             unit = (bits >> np.uint64(40)).astype(np.float64) * (1.0 / (1 << 24))
-            out[start - r0 : stop - r0] = ((2.0 * unit - 1.0) * scale).astype(np.float32)
+            out[start - r0 : stop - r0] = _from_unit(unit, initializer, rows, dim).astype(np.float32)
     return out
+
+
+def table_initial_values(table_index: int, table: TableConfig, seed: int,
+                         row_range: Optional[Tuple[int, int]] = None,
+                         col_range: Optional[Tuple[int, int]] = None) -> np.ndarray:
+    """`initial_table_values` of table `table_index` with its own shape and initializer (both layers use it)."""
+    return initial_table_values(table_index, table.rows, table.dim, seed, row_range, col_range, table.initializer)
 
 
 class LocalEmbedding(EmbeddingCollection):
@@ -98,7 +127,7 @@ class LocalEmbedding(EmbeddingCollection):
         self.seed = int(seed)
         self.table_variables: List[tf.Variable] = [
             tf.Variable(
-                initial_table_values(t, table.rows, table.dim, self.seed),
+                table_initial_values(t, table, self.seed),
                 trainable=True,
                 dtype=tf.float32,
                 name=f"embedding_table_{t}",

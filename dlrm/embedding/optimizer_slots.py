@@ -11,6 +11,8 @@ SLOT_NAMES: Dict[str, Tuple[str, ...]] = {
     "sgd": (),
     "adagrad": ("accumulator",),
     "adam": ("m", "v"),
+    "rmsprop": ("rms",),
+    "ftrl": ("accumulator", "linear"),
 }
 OPTIMIZER_NAMES: Tuple[str, ...] = tuple(SLOT_NAMES)
 

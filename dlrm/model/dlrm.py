@@ -7,7 +7,7 @@ the embedding gradients sparse (`tf.IndexedSlices` from the gathers outside XLA)
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Union
 
 import tensorflow as tf
 
@@ -19,6 +19,7 @@ from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, 
 from dlrm.model.mlp import MLP
 from dlrm.model.precision import compute_dtype, keras_policy
 from dlrm.model.shape_rules import check_model_shape
+from dlrm.model.widedeep import WideDeepModel
 
 
 class RecommenderModel(tf.keras.Model):
@@ -85,7 +86,8 @@ class RecommenderModel(tf.keras.Model):
         return [tf.TensorSpec([None, self.contract.num_numerical], tf.float32),
                 tf.TensorSpec([None, self.contract.total_hotness], tf.int32)]
 
-    def call(self, numerical, categorical, training=False):
+    def call(self, numerical, categorical, training=False, first_row=None, step=None):
+        """`first_row` and `step` key Wide & Deep's dropout; this model has none and ignores them."""
         embedded = self.embeddings(categorical)
         return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded)
 
@@ -100,8 +102,14 @@ class RecommenderModel(tf.keras.Model):
         return [v for v in self.trainable_variables if v.ref() not in model_parallel]
 
 
+Model = Union[RecommenderModel, WideDeepModel]
+
+
 def build_model(model_cfg: ModelConfig, contract: FeatureContract, embeddings: EmbeddingCollection,
-                amp: bool = False, xla: bool = False) -> RecommenderModel:
+                amp: bool = False, xla: bool = False) -> Model:
     """The model for `model_cfg.arch` and the dataset's `contract`, with every variable created (safe to
-    restore into right away). A contract the model cannot take raises ModelShapeError naming the rule."""
+    restore into right away). A contract the model cannot take raises ModelShapeError naming the rule.
+    Its embedding layer holds `dlrm.model.tables.model_tables(model_cfg, contract)`."""
+    if model_cfg.arch == "widedeep":
+        return WideDeepModel(model_cfg, contract, embeddings, amp=amp, xla=xla)
     return RecommenderModel(model_cfg, contract, embeddings, amp=amp, xla=xla)

@@ -7,7 +7,7 @@ its own seed derived from the model seed, so two models built with the same seed
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -76,6 +76,7 @@ class MLP(tf.keras.layers.Layer):
         seed: int,
         dtype: str = "float32",
         name: str = "mlp",
+        zero_bias: bool = False,
     ):
         super().__init__(name=name, dtype=dtype)
         if not units:
@@ -86,7 +87,7 @@ class MLP(tf.keras.layers.Layer):
         for i, width in enumerate(self.units):
             last = i == len(self.units) - 1
             activation = None if (last and not relu_last) else "relu"
-            layer = dense_layer(width, activation, layer_seed(seed, i), dtype, name=f"{name}_{i}")
+            layer = dense_layer(width, activation, layer_seed(seed, i), dtype, name=f"{name}_{i}", zero_bias=zero_bias)
             with tf.name_scope(f"{name}_{i}"):  # unique variable names, e.g. top_mlp_0/kernel:0
                 layer.build((None, fan_in))
             self.dense_layers.append(layer)
@@ -97,10 +98,13 @@ class MLP(tf.keras.layers.Layer):
     def output_dim(self) -> int:
         return self.units[-1]
 
-    def call(self, x):
+    def call(self, x, between: Optional[Callable] = None):
+        """`between(x, i)`, if given, transforms the output of every layer i but the last (e.g. dropout)."""
         # The Dense layers hold the variables; the arithmetic is spelled out here so the matmul
         # can carry the faster input gradient.
-        for layer in self.dense_layers:
+        for i, layer in enumerate(self.dense_layers):
             kernel = tf.cast(tf.convert_to_tensor(layer.kernel), x.dtype)
             x = layer.activation(tf.nn.bias_add(matmul(x, kernel), tf.cast(layer.bias, x.dtype)))
+            if between is not None and i < len(self.dense_layers) - 1:
+                x = between(x, i)
         return x

@@ -24,14 +24,39 @@ from dlrm.embedding.memory_check import check_plan_fits_machine
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.features import FeatureContract
-from dlrm.model.dlrm import RecommenderModel, build_model
+from dlrm.model.dlrm import Model, build_model
 from dlrm.model.shape_rules import check_model_shape
+from dlrm.model.tables import model_tables
+from dlrm.model.widedeep import WideDeepModel
 from dlrm.train import checkpoint
 from dlrm.train.checkpoint import PieceSlots
-from dlrm.train.optimizers import LossScaledOptimizer, SparseOptimizer, build_optimizer
-from dlrm.train.schedule import ReferenceSchedule
+from dlrm.train.optimizers import (
+    LossScaledOptimizer,
+    OptimizerGroup,
+    SparseOptimizer,
+    build_optimizer,
+    build_widedeep_optimizer,
+)
+from dlrm.train.schedule import ConstantSchedule, ReferenceSchedule, WideDeepSchedule
 
-Optimizer = Union[SparseOptimizer, LossScaledOptimizer]
+Optimizer = Union[SparseOptimizer, OptimizerGroup, LossScaledOptimizer]
+
+
+def optimizer_names(config: Config) -> Tuple[str, ...]:
+    """The optimizers of a run: `--optimizer`, or Wide & Deep's FTRL and its deep optimizer."""
+    if config.model.arch == "widedeep":
+        return ("ftrl", config.optimizer.deep_optimizer)
+    return (config.optimizer.optimizer,)
+
+
+def optimizer_label(config: Config) -> str:
+    """The run's optimizer(s) as checkpoints record them ("adam", "ftrl+rmsprop")."""
+    return "+".join(optimizer_names(config))
+
+
+def embedding_slot_count(config: Config) -> int:
+    """Optimizer slots per embedding weight for the planner: the most any of the run's optimizers keeps."""
+    return max(slots_for_optimizer(name) for name in optimizer_names(config))
 
 
 def cores_per_rank() -> int:
@@ -59,13 +84,27 @@ def build_embeddings(config: Config, contract: FeatureContract,
 
     The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
     before anything is allocated."""
-    plan = plan_embeddings(contract.tables, group.size, config.sharding,
-                           optimizer_slots=slots_for_optimizer(config.optimizer.optimizer)
+    tables = model_tables(config.model, contract)
+    plan = plan_embeddings(tables, group.size, config.sharding,
+                           optimizer_slots=embedding_slot_count(config)
                            if config.train.mode == "train" else 0)  # eval and inference hold no slots
     check_plan_fits_machine(plan, group)
     if group.size == 1:
-        return LocalEmbedding(contract.tables, seed=config.model.seed), None
-    return DistributedEmbedding(contract.tables, plan, seed=config.model.seed, group=group), plan
+        return LocalEmbedding(tables, seed=config.model.seed), None
+    return DistributedEmbedding(tables, plan, seed=config.model.seed, group=group), plan
+
+
+def build_training_optimizer(config: Config, model: Model, all_ranks_true=None) -> Optimizer:
+    """The run's optimizer with its schedule(s), slots not yet built."""
+    if not isinstance(model, WideDeepModel):
+        return build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=config.train.amp,
+                               all_ranks_true=all_ranks_true)
+    cfg = config.optimizer
+    deep = WideDeepSchedule(cfg.deep_learning_rate, cfg.deep_warmup_epochs, config.train.epochs)
+    wide = ConstantSchedule(cfg.linear_learning_rate)
+    wide_vars = {v.ref() for v in model.wide_variables}
+    return build_widedeep_optimizer(cfg, deep, wide, lambda var: var.ref() in wide_vars, amp=config.train.amp,
+                                    all_ranks_true=all_ranks_true)
 
 
 @dataclass
@@ -77,7 +116,7 @@ class Parts:
     spec: FeatureSpec
     contract: FeatureContract  # the dataset's features, read once from `spec`
     embeddings: EmbeddingCollection
-    model: RecommenderModel
+    model: Model
     optimizer: Optional[Optimizer] = None  # train mode only
     plan: Optional[Plan] = None  # the placement of a hybrid-parallel embedding layer (None for one process)
 
@@ -86,9 +125,14 @@ class Parts:
             raise ValueError("these parts were built without an optimizer (not train mode)")
         return self.optimizer
 
+    @property
+    def table_names(self) -> List[str]:
+        """The embedding layer's tables by name, in its order (checkpoint pieces refer to them by position)."""
+        return [t.name for t in self.embeddings.tables]
+
     def model_shape(self) -> dict:
         """What a checkpoint must agree with to be restored into this model (see `checkpoint.model_shape`)."""
-        return checkpoint.model_shape(self.config.model, self.contract)
+        return checkpoint.model_shape(self.config.model, self.contract, model_tables(self.config.model, self.contract))
 
     def checkpoint_variables(self, with_optimizer: bool) -> Tuple[Dict[str, Any], List[PieceSlots], List[PieceSlots]]:
         """(dense {key: var}, stored pieces, held pieces) with optimizer slots/state if requested.
@@ -142,8 +186,7 @@ def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, 
     group.broadcast_variables(model.dense_variables, root_rank=0)  # replicas start equal
     optimizer = None
     if with_optimizer:
-        optimizer = build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=config.train.amp,
-                                    all_ranks_true=group.all_ranks_true)
+        optimizer = build_training_optimizer(config, model, all_ranks_true=group.all_ranks_true)
         optimizer.build(model.trainable_variables)  # eagerly: slots exist before tracing / restoring
     return Parts(config, group, spec, contract, embeddings, model, optimizer, plan)
 

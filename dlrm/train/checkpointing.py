@@ -11,7 +11,7 @@ import tensorflow as tf
 from dlrm import dist
 from dlrm.errors import UserError
 from dlrm.train import checkpoint
-from dlrm.train.build import Parts
+from dlrm.train.build import Parts, optimizer_label
 from dlrm.train.metrics_log import MetricsLog
 
 
@@ -107,9 +107,10 @@ class Checkpoints:
         epoch, batch = divmod(step, self.steps_per_epoch)
         meta = {
             "world_size": parts.group.size,
-            "model_shape": dict(parts.model_shape(), optimizer=cfg.optimizer.optimizer),
-            "optimizer": {"name": cfg.optimizer.optimizer, "iterations": step},
-            "schedule": {"step": step, "lr": parts.training_optimizer().schedule.value_at(step)},
+            "model_shape": dict(parts.model_shape(), optimizer=optimizer_label(cfg)),
+            "optimizer": {"name": optimizer_label(cfg), "iterations": step},
+            "schedule": {"step": step, "lr": parts.training_optimizer().schedule.value_at(step),
+                         **parts.training_optimizer().schedule.learning_rates_at(step)},
             "reader": {"epoch": epoch, "batch": batch, "steps_per_epoch": self.steps_per_epoch,
                        "global_batch_size": cfg.data.global_batch_size},
             "rng": {"seed": cfg.train.seed, "model_seed": cfg.model.seed},
@@ -118,6 +119,6 @@ class Checkpoints:
         }
         assert self.root, "checkpoints are written only with --save_checkpoint_path"
         path = checkpoint.save_checkpoint(self.root, step, dense, stored, meta, keep=cfg.train.keep_checkpoints,
-                                          group=parts.group, table_names=parts.contract.table_names)
+                                          group=parts.group, table_names=parts.table_names)
         self.log.event("checkpoint", step, path=path)
         return path

@@ -87,7 +87,7 @@ class Evaluations:
         self.log.eval(step, self.metrics, self.bayes)
 
 
-def _training_reader(parts: Parts):
+def training_reader(parts: Parts):
     cfg = parts.config
     reader = make_reader(parts, cfg.data.train_mapping, cfg.data.global_batch_size,
                          partial_batch=cfg.data.partial_batch)
@@ -98,7 +98,7 @@ def _training_reader(parts: Parts):
     return reader
 
 
-def _training_batches(reader, step: int, steps_per_epoch: int) -> Generator:
+def training_batches(reader, step: int, steps_per_epoch: int) -> Generator:
     """The batches for steps `step + 1, step + 2, ...`, epoch after epoch (resumes mid-epoch)."""
     while True:
         with contextlib.closing(reader.iter_from(step % steps_per_epoch)) as batches:  # close stops prefetch
@@ -150,8 +150,9 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     the final checkpoint, then evaluate. Raises NonFiniteLossError, Interrupted (a signal), the error of a
     batch that could not be read, or PeerRankFailed (another rank's error), each after saving what it can."""
     cfg, group, schedule = parts.config.train, parts.group, parts.training_optimizer().schedule
-    reader = _training_reader(parts)
+    reader = training_reader(parts)
     steps_per_epoch = len(reader)
+    schedule.set_steps_per_epoch(steps_per_epoch)
     total_steps = cfg.max_steps or math.ceil(cfg.epochs * steps_per_epoch)
     source = restore_source(cfg)
     step = _resume(parts, source, log)
@@ -160,7 +161,7 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     _log_skipped_rows(reader, step, parts, log)
     train_step = make_train_step(parts)
     window = ThroughputWindow()
-    batches = _training_batches(reader, step, steps_per_epoch)
+    batches = training_batches(reader, step, steps_per_epoch)
     with contextlib.closing(batches), stopping.StopRequests(group, announce=group.rank == 0) as stop_requests:
         evaluations = Evaluations(parts, log, bayes, lambda: stop_requests.signal_number)
         while step < total_steps:
@@ -168,7 +169,8 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
                 batch = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop together
             except stopping.StopAgreed as agreed:
                 raise _stop(agreed, step, checkpoints, log) from None
-            loss = float(train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows)))
+            loss = float(train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
+                                    np.int64(batch.first_row)))
             batch.release()  # the step is done with the arrays: the reader decodes a later batch into them
             step += 1
             window.add(batch.global_rows, loss)
@@ -177,7 +179,8 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
                 raise non_finite_error(f"training loss is {loss}", step, checkpoints.last)
             if every(step, cfg.log_every_steps) or step == total_steps:
                 mean_loss, samples_per_sec = window.close()  # lr: the one the last update used
-                log.train(step, mean_loss, schedule.value_at(step - 1), samples_per_sec, epoch=step / steps_per_epoch)
+                log.train(step, mean_loss, schedule.value_at(step - 1), samples_per_sec, epoch=step / steps_per_epoch,
+                          **schedule.learning_rates_at(step - 1))
             if step == total_steps:
                 break
             with window.paused():

@@ -110,11 +110,13 @@ class MetricsLog:
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         tf.summary.scalar(f"{kind}/{name}", float(value))
 
-    def train(self, step: int, loss: float, lr: float, samples_per_sec: float, epoch: float) -> None:
+    def train(self, step: int, loss: float, lr: float, samples_per_sec: float, epoch: float,
+              **group_rates: float) -> None:
+        """`group_rates`: each optimizer group's rate (`lr_deep`, `lr_wide`) when there are several."""
         if not self.enabled:
             return
         self._record("train", step, {"loss": loss, "lr": lr, "samples_per_sec": samples_per_sec,
-                                     "epoch": epoch})
+                                     "epoch": epoch, **group_rates})
         if self._bar is not None:
             self._bar.update(step - self._last_step)
             self._bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.3g}", sps=f"{samples_per_sec:,.0f}")

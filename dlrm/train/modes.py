@@ -18,7 +18,9 @@ from dlrm.config import Config, ExportConfig
 from dlrm.data.errors import MappingTooSmall
 from dlrm.export.output_dir import check_target
 from dlrm.export.saved_model import export
+from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
+from dlrm.train.benchmark import train_benchmark
 from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
 from dlrm.train.checkpointing import checkpoint_dir_lock
 from dlrm.train.dataset import check_data, prepare_dataset
@@ -101,6 +103,8 @@ def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
 
 def _run_mode(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     mode = parts.config.train.mode
+    if mode == "train" and parts.config.train.benchmark:
+        return train_benchmark(parts, log)
     if mode == "train":
         export_to = parts.config.train.saved_model_output_path
         if export_to:
@@ -126,6 +130,8 @@ def log_features(parts: Parts, dataset_dir: str, log: MetricsLog) -> None:
     log.message("tables: " + ", ".join(
         f"{t.name} ({t.rows:,} x {t.dim}" + (f", {t.hotness}-hot {t.combiner}" if t.multi_hot else "") + ")"
         for t in contract.tables))
+    log.message(f"{parameter_count(parts.model):,} trainable parameters ({len(parts.embeddings.tables)} embedding "
+                f"tables, {sum(t.dim for t in parts.embeddings.tables)} values per row)")
     log.event("features", 0, numerical=list(contract.numerical), tables=checkpoint.table_records(contract))
 
 

@@ -1,4 +1,4 @@
-"""SGD, Adagrad and Adam whose embedding updates are sparse.
+"""SGD, Adagrad, Adam, RMSProp and FTRL whose embedding updates are sparse, and groups of them.
 
 A `tf.IndexedSlices` gradient (what `tf.gather` on a table produces) updates only the rows it
 touches, in the variable AND in its slots ("lazy" Adagrad/Adam): untouched rows keep their values
@@ -13,18 +13,25 @@ Dense tensors (MLP weights) get the ordinary dense update.
 Why not Keras optimizers: the new (Keras >= 2.11) optimizers update embedding tables densely, and
 the legacy ones do not give sparse *lazy* Adam or a by-name view of the slots for sharded
 checkpoints. The update formulas follow Keras' legacy optimizers (Adagrad: initial accumulator 0.1,
-epsilon 1e-7; Adam: beta1 0.9, beta2 0.999, epsilon 1e-7, bias correction by the global step).
-Every op runs in a fixed order on CPU, so updates are deterministic.
+epsilon 1e-7; Adam: beta1 0.9, beta2 0.999, epsilon 1e-7, bias correction by the global step;
+RMSProp without momentum, epsilon 1e-7; FTRL with learning_rate_power -0.5, initial accumulator 0.1,
+no l1 / l2). Keras' legacy RMSProp decays the whole `rms` slot on a sparse update; here only the
+touched rows decay (lazy, like the others). Every op runs in a fixed order on CPU, so updates are
+deterministic.
+
+`OptimizerGroup` routes each variable to one of several optimizers (Wide & Deep: FTRL for the wide
+part, RMSProp or Adagrad for the deep part) behind the same interface as one optimizer.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
 from dlrm.embedding.optimizer_slots import SLOT_NAMES
 from dlrm.model.precision import needs_loss_scaling
+from dlrm.train.schedule import GroupSchedule, Schedule
 
 
 def sum_duplicate_rows(grad: tf.IndexedSlices) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -57,11 +64,14 @@ class SparseOptimizer:
             with tf.init_scope():
                 self._slots[var.ref()] = {
                     slot: tf.Variable(
-                        tf.fill(var.shape, tf.constant(self.slot_initial_value, var.dtype)),
+                        tf.fill(var.shape, tf.constant(self.initial_slot_value(slot), var.dtype)),
                         trainable=False, name=f"{base_name}/{slot}",
                     )
                     for slot in self.slot_names
                 }
+
+    def initial_slot_value(self, slot: str) -> float:
+        return self.slot_initial_value
 
     def slots_for(self, var: tf.Variable) -> Dict[str, tf.Variable]:
         """Slot variables of `var` by slot name (same shape as `var`); {} for SGD."""
@@ -167,6 +177,108 @@ class SparseAdam(SparseOptimizer):
         var.scatter_sub(tf.IndexedSlices(update, rows))
 
 
+class SparseRMSprop(SparseOptimizer):
+    """rms = rho * rms + (1 - rho) g^2; var -= lr * g / (sqrt(rms) + eps) (Keras' legacy RMSprop, no momentum,
+    not centered); sparse: only the touched rows of var and rms (the rms of unseen rows does not decay)."""
+
+    slot_names = SLOT_NAMES["rmsprop"]
+    epsilon = 1e-7
+
+    def __init__(self, schedule, name: str, rho: float = 0.9):
+        super().__init__(schedule, name)
+        self.rho = float(rho)
+
+    def _apply_dense(self, var, slots, grad, lr, step):
+        rms = slots["rms"]
+        rms.assign(self.rho * rms + (1.0 - self.rho) * tf.square(grad))
+        var.assign_sub(lr * grad / (tf.sqrt(rms.read_value()) + self.epsilon))
+
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
+        rms = slots["rms"]
+        rms_rows = self.rho * tf.gather(rms, rows) + (1.0 - self.rho) * tf.square(grad_rows)
+        rms.scatter_update(tf.IndexedSlices(rms_rows, rows))
+        var.scatter_sub(tf.IndexedSlices(lr * grad_rows / (tf.sqrt(rms_rows) + self.epsilon), rows))
+
+
+class SparseFtrl(SparseOptimizer):
+    """FTRL-Proximal as Keras' legacy Ftrl with learning_rate_power -0.5 and l1 = l2 = 0 (TensorFlow's
+    ApplyFtrl kernel): acc' = acc + g^2; linear += g - (sqrt(acc') - sqrt(acc)) / lr * var;
+    var = -linear * lr / sqrt(acc'). Sparse: only the touched rows of var, accumulator and linear."""
+
+    slot_names = SLOT_NAMES["ftrl"]
+    initial_accumulator = 0.1
+
+    def initial_slot_value(self, slot: str) -> float:
+        return self.initial_accumulator if slot == "accumulator" else 0.0
+
+    @staticmethod
+    def _update(var, acc, linear, grad, lr):
+        """(new var, new accumulator, new linear) of the rows given."""
+        new_acc = acc + tf.square(grad)
+        new_linear = linear + grad - (tf.sqrt(new_acc) - tf.sqrt(acc)) / lr * var
+        return -new_linear / (tf.sqrt(new_acc) / lr), new_acc, new_linear
+
+    def _apply_dense(self, var, slots, grad, lr, step):
+        acc, linear = slots["accumulator"], slots["linear"]
+        new_var, new_acc, new_linear = self._update(var.read_value(), acc.read_value(), linear.read_value(), grad, lr)
+        linear.assign(new_linear)
+        acc.assign(new_acc)
+        var.assign(new_var)
+
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
+        acc, linear = slots["accumulator"], slots["linear"]
+        new_var, new_acc, new_linear = self._update(tf.gather(var, rows), tf.gather(acc, rows),
+                                                    tf.gather(linear, rows), grad_rows, lr)
+        linear.scatter_update(tf.IndexedSlices(new_linear, rows))
+        acc.scatter_update(tf.IndexedSlices(new_acc, rows))
+        var.scatter_update(tf.IndexedSlices(new_var, rows))
+
+
+class OptimizerGroup:
+    """Several optimizers behind one optimizer's interface: each variable goes to the group `group_of` names.
+
+    Slots stay per variable (`slots_for` asks the variable's group), so checkpoints store them by name as
+    for one optimizer; the groups' state is prefixed with their names (`wide.iterations`). Every group
+    advances its iteration counter on every step (also a group without gradients), so they stay equal.
+    """
+
+    def __init__(self, groups: Mapping[str, SparseOptimizer], group_of: Callable[[tf.Variable], str], schedule):
+        if not groups:
+            raise ValueError("an optimizer group needs at least one optimizer")
+        self.groups = dict(groups)
+        self.group_of = group_of
+        self.schedule = schedule
+        self.name = "+".join(self.groups)
+
+    @property
+    def iterations(self) -> tf.Variable:
+        return next(iter(self.groups.values())).iterations
+
+    def _optimizer_of(self, var) -> SparseOptimizer:
+        return self.groups[self.group_of(var)]
+
+    def build(self, variables: Iterable[tf.Variable]) -> None:
+        for var in variables:
+            self._optimizer_of(var).build([var])
+
+    def slots_for(self, var: tf.Variable) -> Dict[str, tf.Variable]:
+        return self._optimizer_of(var).slots_for(var)
+
+    def state_variables(self) -> Dict[str, tf.Variable]:
+        return {f"{name}.{key}": var for name, optimizer in self.groups.items()
+                for key, var in optimizer.state_variables().items()}
+
+    def scale_loss(self, loss):
+        return loss
+
+    def apply(self, grads_and_vars) -> None:
+        routed: Dict[str, List] = {name: [] for name in self.groups}
+        for grad, var in grads_and_vars:
+            routed[self.group_of(var)].append((grad, var))
+        for name, optimizer in self.groups.items():
+            optimizer.apply(routed[name])
+
+
 def _grad_values(grad):
     return grad.values if isinstance(grad, tf.IndexedSlices) else grad
 
@@ -187,7 +299,7 @@ class LossScaledOptimizer:
     allreduced, so an overflow may show on one rank only, and ranks must never diverge.
     """
 
-    def __init__(self, inner: SparseOptimizer, initial_scale: float = 2.0**15,
+    def __init__(self, inner: "SparseOptimizer | OptimizerGroup", initial_scale: float = 2.0**15,
                  growth_interval: int = 2000, all_ranks_true: Optional[Callable] = None):
         self.inner = inner
         self.all_ranks_true = all_ranks_true
@@ -243,7 +355,10 @@ class LossScaledOptimizer:
         tf.cond(finite, apply_and_maybe_grow, skip_and_shrink)
 
 
-OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam}  # keys: the names in SLOT_NAMES
+OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam, "rmsprop": SparseRMSprop,
+              "ftrl": SparseFtrl}  # keys: the names in SLOT_NAMES
+# NVIDIA's Wide & Deep (TF2) uses RMSprop with rho 0.5 for the deep part.
+WIDEDEEP_RMSPROP_RHO = 0.5
 
 
 def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks_true: Optional[Callable] = None):
@@ -259,3 +374,20 @@ def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks
         ) from None
     optimizer = cls(schedule, name=cfg.optimizer)
     return LossScaledOptimizer(optimizer, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else optimizer
+
+
+def build_widedeep_optimizer(cfg: OptimizerConfig, deep_schedule: Schedule, wide_schedule: Schedule,
+                             is_wide: Callable[[tf.Variable], bool], amp: bool = False,
+                             all_ranks_true: Optional[Callable] = None):
+    """Wide & Deep's two groups: FTRL for the variables `is_wide` picks, and `cfg.deep_optimizer` (RMSprop
+    with rho 0.5, or Adagrad) for the others, each driven by its own schedule."""
+    if cfg.deep_optimizer == "rmsprop":
+        deep: SparseOptimizer = SparseRMSprop(deep_schedule, name="deep", rho=WIDEDEEP_RMSPROP_RHO)
+    elif cfg.deep_optimizer == "adagrad":
+        deep = SparseAdagrad(deep_schedule, name="deep")
+    else:
+        raise ValueError(f"unknown deep optimizer {cfg.deep_optimizer!r}; choose rmsprop or adagrad")
+    wide = SparseFtrl(wide_schedule, name="wide")
+    group = OptimizerGroup({"deep": deep, "wide": wide}, lambda var: "wide" if is_wide(var) else "deep",
+                           GroupSchedule({"deep": deep_schedule, "wide": wide_schedule}))
+    return LossScaledOptimizer(group, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else group

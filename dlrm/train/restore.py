@@ -5,7 +5,7 @@ from typing import Optional
 
 from dlrm.config import TrainConfig
 from dlrm.train import checkpoint
-from dlrm.train.build import Parts
+from dlrm.train.build import Parts, optimizer_label
 
 
 def restore_source(train_cfg: TrainConfig) -> Optional[str]:
@@ -32,9 +32,9 @@ def restore(parts: Parts, source: str, training: bool) -> dict:
     dense, _, held = parts.checkpoint_variables(with_optimizer=training)
     model_shape = parts.model_shape()
     if training:
-        model_shape["optimizer"] = parts.config.optimizer.optimizer
+        model_shape["optimizer"] = optimizer_label(parts.config)
     meta = checkpoint.restore_checkpoint(source, dense, held, model_shape=model_shape, strict=training,
-                                         group=parts.group, table_names=parts.contract.table_names)
+                                         group=parts.group, table_names=parts.table_names)
     if training:
         step = int(meta["step"])
         iterations = int(parts.training_optimizer().iterations.numpy())

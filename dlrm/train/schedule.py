@@ -9,12 +9,31 @@
 (its first update therefore has lr 0 when warming up). NVIDIA's TF2 version keeps evaluating the
 polynomial past decay_end, where (1 - progress) ** 2 grows again; ours is clamped. The schedule has
 no state: resuming from a checkpoint only needs the restored step.
+
+Wide & Deep (NVIDIA's TF2 code) has two: the wide part's rate is constant (`ConstantSchedule`), the
+deep part's (`WideDeepSchedule`) warms up linearly over `deep_warmup_epochs`, then is base/4, then
+base/8 after epoch warmup + (epochs - warmup) / 2. Both count in steps, so the loop tells the schedules
+the steps per epoch (`set_steps_per_epoch`) before the training step is traced.
 """
 from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Protocol
 
 import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
+
+
+class Schedule(Protocol):
+    """What the optimizers and the loop ask of a schedule."""
+
+    def set_steps_per_epoch(self, steps: int) -> None: ...
+
+    def value_at(self, step: int) -> float: ...
+
+    def learning_rates_at(self, step: int) -> Dict[str, float]: ...
+
+    def __call__(self, step) -> tf.Tensor: ...
 
 
 class ReferenceSchedule:
@@ -46,6 +65,13 @@ class ReferenceSchedule:
         progress = min(1.0, (step - self.decay_start) / self.decay_steps)
         return self.end + (self.base - self.end) * (1.0 - progress) ** self.power
 
+    def set_steps_per_epoch(self, steps: int) -> None:
+        """This schedule counts steps only."""
+
+    def learning_rates_at(self, step: int) -> Dict[str, float]:
+        """Per-group rates for the logs beyond `value_at` (none: one group)."""
+        return {}
+
     def __call__(self, step) -> tf.Tensor:
         """float32 lr at `step` (int or integer tensor); computed in float64, no Python branching."""
         step = tf.cast(step, tf.float64)
@@ -57,3 +83,86 @@ class ReferenceSchedule:
         if self.warmup_steps > 0:
             lr = tf.where(step < self.warmup_steps, self.base * step / self.warmup_steps, lr)
         return tf.cast(lr, tf.float32)
+
+
+class ConstantSchedule:
+    """The same rate at every step (Wide & Deep's wide part)."""
+
+    def __init__(self, rate: float):
+        self.base = float(rate)
+
+    def set_steps_per_epoch(self, steps: int) -> None:
+        """Constant: nothing depends on the epoch length."""
+
+    def value_at(self, step: int) -> float:
+        return self.base
+
+    def learning_rates_at(self, step: int) -> Dict[str, float]:
+        return {}
+
+    def __call__(self, step) -> tf.Tensor:
+        return tf.constant(self.base, tf.float32)
+
+
+class WideDeepSchedule:
+    """NVIDIA's deep-part schedule, in steps once the epoch length is known:
+
+        step < W                  base * step / W               W = warmup_epochs * steps_per_epoch
+        W <= step <= B            base / 4                      B = (warmup + (epochs - warmup) / 2) * steps_per_epoch
+        step > B                  base / 8
+    """
+
+    def __init__(self, base: float, warmup_epochs: float, epochs: float):
+        if base < 0 or warmup_epochs < 0 or epochs <= 0:
+            raise ValueError("the deep learning rate and warmup epochs must be >= 0 and the epochs > 0")
+        self.base = float(base)
+        self.warmup_epochs = float(warmup_epochs)
+        self.epochs = float(epochs)
+        self.steps_per_epoch: Optional[int] = None
+
+    def set_steps_per_epoch(self, steps: int) -> None:
+        self.steps_per_epoch = int(steps)
+
+    def _bounds(self) -> tuple:
+        if self.steps_per_epoch is None:
+            raise RuntimeError("WideDeepSchedule: set_steps_per_epoch() must be called before the rate is asked for")
+        warmup = self.warmup_epochs * self.steps_per_epoch
+        return warmup, (self.warmup_epochs + (self.epochs - self.warmup_epochs) / 2.0) * self.steps_per_epoch
+
+    def value_at(self, step: int) -> float:
+        warmup, boundary = self._bounds()
+        if step < warmup:
+            return self.base * step / warmup
+        return self.base / 4.0 if step <= boundary else self.base / 8.0
+
+    def learning_rates_at(self, step: int) -> Dict[str, float]:
+        return {}
+
+    def __call__(self, step) -> tf.Tensor:
+        warmup, boundary = self._bounds()
+        step = tf.cast(step, tf.float64)
+        lr = tf.where(step <= boundary, tf.constant(self.base / 4.0, tf.float64), self.base / 8.0)
+        if warmup > 0:
+            lr = tf.where(step < warmup, self.base * step / warmup, lr)
+        return tf.cast(lr, tf.float32)
+
+
+class GroupSchedule:
+    """The schedules of an optimizer group, by group name: `value_at` is the first group's rate, and
+    `learning_rates_at` gives every group's (`lr_<group>`) for the logs."""
+
+    def __init__(self, schedules: Mapping[str, Schedule]):
+        self.schedules = dict(schedules)
+
+    def set_steps_per_epoch(self, steps: int) -> None:
+        for schedule in self.schedules.values():
+            schedule.set_steps_per_epoch(steps)
+
+    def value_at(self, step: int) -> float:
+        return next(iter(self.schedules.values())).value_at(step)
+
+    def learning_rates_at(self, step: int) -> Dict[str, float]:
+        return {f"lr_{name}": schedule.value_at(step) for name, schedule in self.schedules.items()}
+
+    def __call__(self, step) -> tf.Tensor:
+        return next(iter(self.schedules.values()))(step)

@@ -25,10 +25,11 @@ def make_train_step(parts: Parts):
         *model.input_signature,
         tf.TensorSpec([None], tf.float32),  # labels
         tf.TensorSpec([], tf.float32),  # rows in the global batch
+        tf.TensorSpec([], tf.int64),  # dataset row of this rank's first row (keys dropout masks)
     ])
-    def train_step(numerical, categorical, labels, global_rows):
+    def train_step(numerical, categorical, labels, global_rows, first_row):
         with tf.GradientTape() as tape:
-            logits = model(numerical, categorical, training=True)
+            logits = model(numerical, categorical, training=True, first_row=first_row, step=optimizer.iterations)
             bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.reduce_sum(bce) * world_size / global_rows
             scaled = optimizer.scale_loss(loss)

@@ -26,11 +26,12 @@ def test_every_registered_optimizer_keeps_exactly_its_registered_slots(name):
 
 
 def test_the_trainer_and_both_clis_offer_exactly_the_registered_optimizers():
-    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES == ("sgd", "adagrad", "adam")
+    assert tuple(OPTIMIZERS) == OPTIMIZER_NAMES == ("sgd", "adagrad", "adam", "rmsprop", "ftrl")
     assert _choices(main_parser(), "--optimizer") == _choices(planner_parser(), "--optimizer") == list(OPTIMIZER_NAMES)
-    assert [slots_for_optimizer(name) for name in OPTIMIZER_NAMES] == [0, 1, 2]
+    assert [slots_for_optimizer(name) for name in OPTIMIZER_NAMES] == [0, 1, 2, 1, 2]
 
 
 def test_an_unknown_optimizer_is_refused_naming_the_choices():
-    with pytest.raises(ValueError, match=r"unknown optimizer 'lamb'; choose one of \('sgd', 'adagrad', 'adam'\)"):
+    names = r"\('sgd', 'adagrad', 'adam', 'rmsprop', 'ftrl'\)"
+    with pytest.raises(ValueError, match=rf"unknown optimizer 'lamb'; choose one of {names}"):
         slots_for_optimizer("lamb")

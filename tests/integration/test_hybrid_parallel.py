@@ -9,7 +9,9 @@ the trainer's real code path (`dlrm.train.modes.run`: reader with per-rank slice
 of 7, 7, 7 and a last one of 2 rows, so the per-rank batches are uneven and at N = 3 one rank gets no
 rows at all. Per optimizer (SGD and sparse Adagrad) the per-step losses and the final weights (dense,
 every table, Adagrad accumulators; read from the final checkpoints) must equal a one-process run
-with the same global batch to float32 tolerance, with Gloo at N = 2 and 3 and with MPI at N = 2.
+with the same global batch to float32 tolerance, with Gloo at N = 2 and 3 and with MPI at N = 2. The Gloo
+launches also train Wide & Deep on the same tables (deep and dim-1 wide tables in one layer, FTRL + RMSprop,
+dropout 0.1 whose masks are keyed by the dataset row), held to the same tolerance.
 
 Each launch also runs the embedding-layer checks of tests/support/embedding_layer.py (initial
 pieces, lookups and gradients vs `LocalEmbedding`) so that a multi-rank start-up is paid only once.
@@ -32,6 +34,7 @@ from tests.support.hybrid import (
     STEPS,
     TABLE_ORDER,
     TOLERANCE,
+    WIDEDEEP,
     assert_same_bits,
     checkpoint_arrays,
     launch,
@@ -62,9 +65,13 @@ def assert_same_training(base: str, ref_base: str, world: int, optimizers: list)
         assert err < TOLERANCE, f"{optimizer}: final weights differ at N={world}: {key} by {err}"
         if optimizer == "adagrad":
             assert any(k.endswith("/accumulator") for k in want), sorted(want)[:10]
+        if optimizer == WIDEDEEP:  # both parts trained: FTRL's slots on the wide tables, RMSprop's on the deep ones
+            assert {"embedding/cat_0_wide/linear", "embedding/cat_0/rms"} <= set(want), sorted(want)[:10]
+            assert np.any(want["embedding/cat_0_wide/value"])
         # The comparison is not between two untouched initialisations: the rows of table 0 looked up
         # in these steps moved, the others (most of its 1500) still hold exactly their initial values.
-        initial = initial_table_values(TABLE_ORDER.index("cat_0"), CARDINALITIES[0], DIM, SEED)
+        initial = initial_table_values(TABLE_ORDER.index("cat_0"), CARDINALITIES[0], DIM, SEED,
+                                       initializer="glorot_normal" if optimizer == WIDEDEEP else "uniform")
         unchanged = np.all(want["embedding/cat_0/value"] == initial, axis=1)
         assert unchanged.any() and not unchanged.all(), f"{optimizer}: {unchanged.sum()} rows of table 0 unchanged"
 

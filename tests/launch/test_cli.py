@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from dlrm.cli import DEMO_PRESET, build_parser, parse_config
+from dlrm.cli import DEMO_PRESET, WIDEDEEP_DEMO_PRESET, WIDEDEEP_PRESET, build_parser, parse_config
 from dlrm.config import Config
 from dlrm.embedding.planner import parse_bytes
 from dlrm.errors import UsageError
@@ -103,6 +103,43 @@ def test_predictions_path_in_the_evaluating_modes():
     assert parse_config(["--predictions_path", "/p.csv"]).train.predictions_path == "/p.csv"
     config = parse_config(["--mode", "eval", "--restore_checkpoint_path", "/c", "--predictions_path", "p.csv"])
     assert config.train.predictions_path == "p.csv" and Config().train.predictions_path is None
+
+
+def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
+    c = parse_config(["--arch", "widedeep", "--dataset_path", "/d"])
+    assert (c.data.global_batch_size, c.data.eval_batch_size, c.train.epochs) == (131072, 131072, 20.0)
+    assert (c.model.deep_hidden_units, c.model.deep_dropout, c.model.model_type) == \
+        ((1024,) * 5, 0.1, "wide_n_deep")
+    o = c.optimizer
+    assert (o.linear_learning_rate, o.deep_learning_rate, o.deep_warmup_epochs, o.deep_optimizer) == \
+        (0.02, 0.00012, 6.0, "rmsprop")
+    c = parse_config(["--arch", "widedeep", "--dataset_path", "/d", "--deep_hidden_units", "64", "32",
+                      "--deep_dropout", "0", "--model_type", "deep", "--linear_learning_rate", "0.1",
+                      "--deep_learning_rate", "0.001", "--deep_warmup_epochs", "1", "--deep_optimizer", "adagrad",
+                      "--num_epochs", "3", "--eval_batch_size", "4096", "--benchmark"])
+    assert (c.model.deep_hidden_units, c.model.deep_dropout, c.model.model_type) == ((64, 32), 0.0, "deep")
+    o = c.optimizer
+    assert (o.linear_learning_rate, o.deep_learning_rate, o.deep_warmup_epochs, o.deep_optimizer) == \
+        (0.1, 0.001, 1.0, "adagrad")
+    assert (c.train.epochs, c.data.eval_batch_size, c.train.benchmark) == (3.0, 4096, True)
+    evaluate = parse_config(["--arch", "widedeep", "--evaluate", "--restore_checkpoint_path", "/c"])
+    assert evaluate.train.mode == "eval"
+    for (section, name), value in {**WIDEDEEP_PRESET, **WIDEDEEP_DEMO_PRESET}.items():  # no dataset: the W&D demo
+        assert getattr(getattr(evaluate, section), name) == value
+    assert evaluate.data.synthetic_preset == "widedeep_tiny" and evaluate.model.bottom_mlp == Config().model.bottom_mlp
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--deep_dropout", "1"], "argument --deep_dropout: expected a rate in [0, 1), got '1'"),
+    (["--model_type", "linear"], "argument --model_type: invalid choice"),
+    (["--arch", "widedeep", "--num_epochs", "2", "--deep_warmup_epochs", "3"],
+     "--deep_warmup_epochs (3) must not exceed --num_epochs (2)"),
+    (["--benchmark", "--mode", "inference_benchmark"], "--benchmark times training steps"),
+])
+def test_bad_widedeep_flags_are_refused(argv, message):
+    with pytest.raises(UsageError) as caught:
+        parse_config(argv)
+    assert message in str(caught.value)
 
 
 def test_every_parser_flag_is_exercised_above():

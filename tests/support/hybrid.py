@@ -31,20 +31,30 @@ GLOBAL_BATCH = 7
 TRAIN_ROWS = 23  # batches of 7, 7, 7, 2
 STEPS = 4
 OPTIMIZERS = {"sgd": "0.5", "adagrad": "0.1"}
+# A Wide & Deep run beside the optimizers' (FTRL + RMSprop, dropout 0.1 with row-keyed masks): its deep tables
+# in the same layouts, its dim-1 wide tables of <= 48 rows replicated, the others whole.
+WIDEDEEP = "widedeep"
+WIDEDEEP_FLAGS = ["--arch", "widedeep", "--deep_hidden_units", "16", "8", "--deep_dropout", "0.1",
+                  "--linear_learning_rate", "0.2", "--deep_learning_rate", "0.05", "--deep_warmup_epochs", "0.25"]
+# Deep tables of DIM columns with two slots (FTRL's count, the planner's figure for the run) plus the wide tables:
+# cat_0 (1500 rows) stays over one rank's budget, all tables fit on two ranks.
+WIDEDEEP_BUDGET_ROWS = 1400
 TOLERANCE = 2e-5  # float32, a few steps: only summation order differs between world sizes
 SEED = 5  # --seed: model initialisation (tables: `initial_table_values`) and data order
 
 
 def train_flags(dataset: str, optimizer: str, run_dir: str, save: str, global_batch: int = GLOBAL_BATCH) -> list:
-    """main.py flags of the equality runs: the same on every world size."""
+    """main.py flags of the equality runs: the same on every world size (`optimizer` WIDEDEEP: Wide & Deep)."""
     # The planner counts optimizer slots (Adagrad: one accumulator per weight) in table memory.
-    row_bytes = ROW_BYTES * (1 + slots_for_optimizer(optimizer))
-    return ["--dataset_path", dataset, "--embedding_dim", str(DIM), "--bottom_mlp_dims", f"16-{DIM}",
-            "--top_mlp_dims", "16-1", "--optimizer", optimizer, "--learning_rate", OPTIMIZERS[optimizer],
-            "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", str(global_batch),
+    row_bytes = ROW_BYTES * (1 + slots_for_optimizer("ftrl" if optimizer == WIDEDEEP else optimizer))
+    budget_rows = WIDEDEEP_BUDGET_ROWS if optimizer == WIDEDEEP else 1300
+    model = WIDEDEEP_FLAGS if optimizer == WIDEDEEP else [
+        "--bottom_mlp_dims", f"16-{DIM}", "--top_mlp_dims", "16-1", "--optimizer", optimizer, "--learning_rate",
+        OPTIMIZERS[optimizer], "--warmup_steps", "0", "--decay_steps", "0"]
+    return ["--dataset_path", dataset, "--embedding_dim", str(DIM), *model, "--global_batch_size", str(global_batch),
             "--valid_batch_size", "64", "--partial_batch", "keep", "--epochs", "1", "--log_every", "1",
             "--seed", str(SEED), "--intra_op_threads", "1", "--run_dir", run_dir, "--save_checkpoint_path", save,
-            "--rank_memory", str(1300 * row_bytes), "--column_slice_threshold", str(250 * row_bytes),
+            "--rank_memory", str(budget_rows * row_bytes), "--column_slice_threshold", str(250 * row_bytes),
             "--replicate_threshold", str(6 * row_bytes)]
 
 
@@ -85,7 +95,7 @@ def _dataset() -> str:
 
 def launch_optimizers(mpi: bool) -> list:
     """MPI repeats the Gloo runs with the sparse-aware optimizer only (each run costs ~10 s of tracing)."""
-    return ["adagrad"] if mpi else list(OPTIMIZERS)
+    return ["adagrad"] if mpi else [*OPTIMIZERS, WIDEDEEP]
 
 
 def launch(world: int, mpi: bool = False, restore_from: str | None = None):
@@ -102,7 +112,7 @@ def reference(restore_from: str | None = None):
     """The one-process run (LocalEmbedding, no launcher) with the same global batch."""
     def go():
         base = scratch_dir("hybrid_ref_")
-        argv = worker_argv("hybrid_parallel", "reference", base, _dataset(), ",".join(OPTIMIZERS),
+        argv = worker_argv("hybrid_parallel", "reference", base, _dataset(), ",".join(launch_optimizers(False)),
                            *([restore_from] if restore_from else []))
         return run_single(argv, timeout=240), base
     return memoised(("hybrid_ref", restore_from), go)

@@ -7,26 +7,34 @@ them as table i of this run's contract.
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence, Union
 
 from dlrm.config import ModelConfig
-from dlrm.features import FeatureContract
+from dlrm.features import FeatureContract, TableConfig
 
 # Format-1 checkpoints came from the model that hard-coded Criteo's 13 numerical features.
 FORMAT_1_NUMERICAL = 13
 _TABLE_FIELDS = ("rows", "dim", "hotness", "combiner")
 
 
-def table_records(contract: FeatureContract) -> List[dict]:
-    """The tables by name with what fixes their weights' meaning (checkpoints and the metrics log list them)."""
+def table_records(tables: Union[FeatureContract, Sequence[TableConfig]]) -> List[dict]:
+    """The tables (a contract's, or a model's) by name with what fixes their weights' meaning (checkpoints and
+    the metrics log list them)."""
+    listed = tables.tables if isinstance(tables, FeatureContract) else tables
     return [{"name": t.name, "rows": t.rows, "dim": t.dim, "hotness": t.hotness, "combiner": t.combiner}
-            for t in contract.tables]
+            for t in listed]
 
 
-def model_shape(model_cfg: ModelConfig, contract: FeatureContract) -> dict:
-    """What a checkpoint must agree with to be restored into the model of `model_cfg` for `contract`."""
-    shape = {"arch": model_cfg.arch, "num_numerical": contract.num_numerical, "tables": table_records(contract),
-             "bottom_mlp": list(model_cfg.bottom_mlp), "top_mlp": list(model_cfg.top_mlp)}
+def model_shape(model_cfg: ModelConfig, contract: FeatureContract,
+                tables: Optional[Sequence[TableConfig]] = None) -> dict:
+    """What a checkpoint must agree with to be restored into the model of `model_cfg` for `contract`, whose
+    embedding layer holds `tables` (default: the contract's; see `dlrm.model.tables.model_tables`)."""
+    shape = {"arch": model_cfg.arch, "num_numerical": contract.num_numerical,
+             "tables": table_records(contract.tables if tables is None else tables)}
+    if model_cfg.arch == "widedeep":
+        shape.update(model_type=model_cfg.model_type, deep_hidden_units=list(model_cfg.deep_hidden_units))
+        return shape
+    shape.update(bottom_mlp=list(model_cfg.bottom_mlp), top_mlp=list(model_cfg.top_mlp))
     if model_cfg.arch == "dcnv2":
         shape.update(num_cross_layers=model_cfg.num_cross_layers, cross_projection_dim=model_cfg.cross_projection_dim)
     return shape

@@ -1,0 +1,59 @@
+"""Dropout whose mask is a pure function of (seed, step, dataset row, layer, unit).
+
+The trainer's invariant is that N ranks train exactly like one process on the global batch. A random
+dropout mask drawn per rank would depend on how rows are split over ranks; this one is a counter-based
+hash of the row's index in the dataset (and of the seed, the optimizer step, the layer and the unit),
+so a row gets the same mask whichever rank holds it. The hash is 32-bit integer arithmetic in
+TensorFlow ops (wrapping multiplies, shifts, xors: Chris Wellons' "lowbias32" mixer), so it runs
+inside XLA too; a unit is kept when the top 24 bits of its hash are at or above rate * 2^24.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+_GOLDEN = 0x9E3779B9
+
+
+def _u32(value: int) -> tf.Tensor:
+    return tf.constant(value & 0xFFFFFFFF, tf.uint32)
+
+
+def _mix(x: tf.Tensor) -> tf.Tensor:
+    """lowbias32: a bijective 32-bit mixer with a strong avalanche."""
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+    x = x * _u32(0x7FEB352D)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(15)))
+    x = x * _u32(0x846CA68B)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+
+
+def _halves(value: tf.Tensor):
+    """int64 -> (low, high) 32-bit words as uint32."""
+    value = tf.cast(value, tf.int64)
+    low = tf.cast(tf.bitwise.bitwise_and(value, tf.constant(0xFFFFFFFF, tf.int64)), tf.uint32)
+    high = tf.cast(tf.bitwise.right_shift(value, tf.constant(32, tf.int64)), tf.uint32)
+    return low, high
+
+
+def keep_mask(rows: int, units: int, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
+              layer: int) -> tf.Tensor:
+    """bool [rows, units]: which units of dataset rows first_row .. first_row + rows - 1 are kept."""
+    key = _mix(_u32(seed) * _u32(_GOLDEN) + _u32(layer))
+    step_low, step_high = _halves(step)
+    key = _mix(tf.bitwise.bitwise_xor(key, step_low))
+    key = _mix(key + step_high * _u32(0x85EBCA6B))
+    row_low, row_high = _halves(tf.cast(first_row, tf.int64) + tf.range(rows, dtype=tf.int64))
+    row_keys = _mix(_mix(tf.bitwise.bitwise_xor(key, row_low)) + row_high * _u32(0xC2B2AE35))
+    unit = tf.range(units, dtype=tf.int32)
+    hashed = _mix(row_keys[:, None] + tf.cast(unit, tf.uint32)[None, :] * _u32(_GOLDEN))
+    threshold = _u32(int(round(rate * (1 << 24))))
+    return tf.bitwise.right_shift(hashed, _u32(8)) >= threshold
+
+
+def row_keyed_dropout(x: tf.Tensor, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
+                      layer: int) -> tf.Tensor:
+    """Inverted dropout of x [B, U] (kept units scaled by 1 / (1 - rate)) with `keep_mask`'s mask."""
+    if rate <= 0.0:
+        return x
+    mask = keep_mask(tf.shape(x)[0], int(x.shape[1]), rate, seed, step, first_row, layer)
+    return x * tf.cast(mask, x.dtype) * tf.cast(1.0 / (1.0 - rate), x.dtype)

@@ -1,0 +1,95 @@
+"""`--arch widedeep` through the trainer's real path (flags -> `modes.run`, as main.py): it trains on a
+small one-hot / multi-hot dataset, logs both learning rates and the parameter count, checkpoints both
+optimizer groups' slots and state, resumes bit-identically, evaluates, and times steps with --benchmark."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from dlrm.cli import parse_config
+from dlrm.train import checkpoint
+from dlrm.train.metrics_log import read_metrics
+from dlrm.train.modes import run
+from tests.data.mixed_dataset import write_mixed
+from tests.support.runs import assert_same_final_weights
+
+ROWS = 400  # batches of 64: 6 full + one of 16 per epoch
+STEPS = 7  # one epoch
+FLAGS = ["--arch", "widedeep", "--embedding_dim", "4", "--deep_hidden_units", "16", "8", "--global_batch_size", "64",
+         "--valid_batch_size", "256", "--num_epochs", "1", "--deep_warmup_epochs", "0.5", "--deep_learning_rate",
+         "0.01", "--linear_learning_rate", "0.1", "--log_every", "1", "--intra_op_threads", "2", "--seed", "4"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wd_data")
+    write_mixed(root, ROWS, seed=2, mappings=("train", "test"))
+    return str(root)
+
+
+def _run(dataset, run_dir, *flags):
+    return run(parse_config(["--dataset_path", dataset, "--run_dir", str(run_dir), *FLAGS, *flags]))
+
+
+@pytest.fixture(scope="module")
+def full_run(dataset, tmp_path_factory):
+    root = tmp_path_factory.mktemp("wd_full")
+    result = _run(dataset, root / "run", "--checkpoint_every", "4", "--keep_checkpoints", "10",
+                  "--save_checkpoint_path", str(root / "ckpt"))
+    return result, root
+
+
+def test_trains_logs_both_rates_and_checkpoints_both_groups(full_run, capsys):
+    result, root = full_run
+    assert result.step == STEPS and result.auc is not None and 0.0 <= result.auc <= 1.0
+    records = read_metrics(str(root / "run" / "metrics.jsonl"))
+    train = [r for r in records if r["kind"] == "train"]
+    losses = [r["loss"] for r in train]
+    assert len(train) == STEPS and all(np.isfinite(losses))
+    # warmup over half an epoch (3.5 steps), base/4 to epoch 0.5 + 0.25 (step 5.25), then base/8
+    assert [r["lr_deep"] for r in train] == pytest.approx([0.0, 0.01 / 3.5, 0.02 / 3.5, 0.03 / 3.5, 0.0025, 0.0025,
+                                                          0.00125])
+    assert train[-1]["lr"] == train[-1]["lr_deep"]
+    assert {r["lr_wide"] for r in train} == {0.1}
+    meta = checkpoint.read_meta(checkpoint.find_checkpoint(str(root / "ckpt")))
+    assert meta["optimizer"]["name"] == "ftrl+rmsprop" and meta["model_shape"]["arch"] == "widedeep"
+    names = [t["name"] for t in meta["model_shape"]["tables"]]
+    assert names[6:] == [f"{n}_wide" for n in names[:6]]
+    arrays = checkpoint.read_arrays(str(root / "ckpt"))
+    assert {"embedding/cat_0_wide/accumulator", "embedding/cat_0_wide/linear", "embedding/cat_0/rms"} <= set(arrays)
+    assert arrays["embedding/topics_wide/value"].shape == (40, 1)
+    assert any(k.endswith("optimizer.wide.iterations") for k in arrays)
+    assert any(k.endswith("optimizer.deep.iterations") for k in arrays)
+    assert np.any(arrays["embedding/cat_1_wide/value"])  # the wide part moved off zero
+
+
+def test_resume_from_a_mid_run_checkpoint_ends_bit_identical(dataset, full_run, tmp_path):
+    _, root = full_run
+    step_dir = root / "ckpt" / checkpoint.step_dir_name(4)
+    shutil.copytree(step_dir, tmp_path / "ckpt" / step_dir.name)
+    (tmp_path / "ckpt" / checkpoint.LATEST).write_text(step_dir.name + "\n")
+    result = _run(dataset, tmp_path / "run", "--checkpoint_every", "4",
+                  "--save_checkpoint_path", str(tmp_path / "ckpt"))
+    assert result.step == STEPS
+    assert_same_final_weights(str(root / "ckpt"), str(tmp_path / "ckpt"), step=STEPS)
+
+
+def test_evaluate_flag_scores_the_checkpoint(dataset, full_run, tmp_path):
+    result, root = full_run
+    evaluated = _run(dataset, tmp_path / "run", "--evaluate", "--restore_checkpoint_path", str(root / "ckpt"))
+    assert evaluated.mode == "eval" and evaluated.step == STEPS and evaluated.auc == pytest.approx(result.auc)
+
+
+def test_benchmark_times_training_steps_and_stops(dataset, tmp_path, capsys):
+    result = _run(dataset, tmp_path / "run", "--benchmark", "--benchmark_warmup_steps", "2", "--benchmark_steps", "3")
+    assert result.mode == "train" and result.step == 5 and result.samples_per_sec > 0
+    assert result.extra["timed_steps"] == 3 and result.checkpoint is None
+    out = capsys.readouterr().out
+    assert "samples/s over 3 steps of 64 rows" in out
+    assert "trainable parameters" in out
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        kinds = [json.loads(line)["kind"] for line in f]
+    assert "train_benchmark" in kinds and "eval" not in kinds
+    assert not os.path.exists(tmp_path / "ckpt")
