@@ -173,7 +173,7 @@ def keras(config: Config, table_sizes, batches, jit_compile: bool, policy: str, 
     return candidate
 
 
-def gemm(batch_size: int, dtype: tf.DType) -> Candidate:
+def gemm(batch_size: int, dtype: tf.DType, mflop_per_sample: float = MFLOP_PER_SAMPLE) -> Candidate:
     a = tf.cast(tf.random.stateless_normal([batch_size, GEMM_SHAPE[0]], seed=[1, 2]), dtype)
     b = tf.cast(tf.random.stateless_normal(GEMM_SHAPE, seed=[3, 4]), dtype)
     # Reduce the whole product so no part of the GEMM can be pruned away.
@@ -184,8 +184,8 @@ def gemm(batch_size: int, dtype: tf.DType) -> Candidate:
         for _ in range(steps):
             out = matmul()
         float(out)
-        # Reported as "samples/s at the ceiling": FLOPs / 14.75 MFLOP per sample.
-        return int(round(steps * flops / (MFLOP_PER_SAMPLE * 1e6)))
+        # Reported as "samples/s at the ceiling": FLOPs / the model's MFLOP per sample.
+        return int(round(steps * flops / (mflop_per_sample * 1e6)))
 
     return Candidate(f"ceiling_gemm_{dtype.name}", "ceiling", run, extra={"gemm": f"[{batch_size},1024]x[1024,1024]"})
 

@@ -5,7 +5,9 @@
 - a `UserError` (bad flag, data, spec, plan, checkpoint, NaN loss, signal) prints one line
   `error: <message>` on stderr, no traceback (unless `--debug`), and exits with the error's
   `exit_code` (1 unless it says otherwise: a usage error 2, a signal 128 + its number);
-- an error that every rank raises identically (`on_every_rank`) is printed by rank 0 only; one that
+- an error that every rank raises identically (`on_every_rank`) is printed by rank 0 only (the other
+  ranks wait a few seconds before they exit: a launcher such as horovodrun ends every rank as soon as
+  one exits with an error, and rank 0 must have printed first); one that
   a single rank saw is printed by that rank as `error: rank k: <message>`; `PeerRankFailed` (this
   rank stopped because another one failed) prints nothing, the failed rank has said why;
 - Horovod's report of a dead or stalled peer rank prints one line naming this rank;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 import traceback
 from typing import Callable, Optional, Sequence
 
@@ -25,6 +28,9 @@ from dlrm import dist
 from dlrm.errors import PeerRankFailed, UsageError, UserError
 
 DEBUG_FLAG = "--debug"
+# How long a rank other than 0 waits before exiting on an error every rank raises, so that rank 0's
+# message is printed before the launcher ends the job (usually rank 0 exits first and this is cut short).
+PEER_EXIT_GRACE_SECONDS = 10.0
 
 
 def _print(text: str) -> None:
@@ -61,6 +67,8 @@ def run_main(main: Callable[[list], Optional[int]], argv: Optional[Sequence[str]
         text = user_error_text(error, world.rank, world.size)
         if text:
             _print(text)
+        elif error.on_every_rank and world.size > 1:
+            time.sleep(PEER_EXIT_GRACE_SECONDS)
         return error.exit_code
     except KeyboardInterrupt:
         if debug:

@@ -1,0 +1,282 @@
+"""Wide & Deep training and evaluation throughput at the reference configuration, next to the strongest plain
+Keras baseline and the GEMM ceiling.
+
+Measured in ONE process, in alternating windows (`train_throughput.measure`: round-robin, start rotated
+every round), medians and best windows reported, so machine noise hits every candidate alike:
+
+- ours: the trainer's real train step (`dlrm.train.step.make_train_step`: LocalEmbedding holding the deep
+  and the wide tables, sparse FTRL for the wide part and sparse RMSProp for the deep part, Horovod tape at
+  world size 1) and its predict step.
+- keras: `tf.keras.experimental.WideDeepModel` over the same features (a linear model of one size-1
+  `Embedding` per feature plus a `Dense(1)` over the numericals; a deep model of per-feature `Embedding`s
+  and 5 x Dense(1024) with dropout), compiled with two optimizers, the legacy `Ftrl` and legacy `RMSprop`
+  (sparse embedding updates; the new Keras optimizers update the tables densely); and its
+  `predict_on_batch` for evaluation. `jit_compile=True` is not a candidate: XLA has no kernel for the sparse
+  FTRL update (`ResourceSparseApplyFtrl`), so Keras' compiled train step fails at its first call.
+- ceiling: TensorFlow fp32 matmul FLOP/s on [batch, 1024] x [1024, 1024] divided by the W&D MLP's FLOPs per
+  sample (forward + backward).
+
+Data: a few in-memory random batches (ids uniform per table; multi-hot bags of 1..3 ids padded with -1),
+cycled, identical for every candidate. Tables are the reference's (`dlrm.data.widedeep_reference`), capped
+at --max_rows rows. Writes JSON + a markdown table.
+
+    .venv/bin/python benchmarks/widedeep_throughput.py          # ~10 minutes on 2 cores
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from typing import Callable, List, Optional, Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from benchmarks.machine import (  # noqa: E402,E501
+    command_line,
+    cpu_flags,
+    machine_facts,
+    medians,
+    run_facts,
+    utc_now,
+    write_json,
+    write_table,
+)
+from benchmarks.train_throughput import Candidate, gemm, measure, ratio  # noqa: E402
+from dlrm.config import Config, ModelConfig, OptimizerConfig, TrainConfig  # noqa: E402
+from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
+from dlrm.data.widedeep_reference import DEEP_HIDDEN_UNITS, LABEL, NUMERICAL_FEATURES, reference_tables  # noqa: E402
+from dlrm.dist import single_process  # noqa: E402
+from dlrm.features import TableConfig  # noqa: E402
+from dlrm.train.build import configure_tensorflow, parts_for_spec  # noqa: E402
+from dlrm.train.step import make_predict_step, make_train_step  # noqa: E402
+
+
+def mlp_mflop_per_sample(input_width: int, hidden: Sequence[int]) -> float:
+    """FLOPs of the deep MLP per sample, forward + backward (~3x the forward's 2 x MACs), in millions."""
+    widths = [input_width, *hidden, 1]
+    macs = sum(a * b for a, b in zip(widths[:-1], widths[1:]))
+    return 3 * 2 * macs / 1e6
+
+
+def capped_tables(max_rows: int) -> List[TableConfig]:
+    return [TableConfig(t.name, min(t.rows, max_rows), t.dim, t.hotness, t.combiner, t.multi_hot)
+            for t in reference_tables()]
+
+
+def make_batches(tables: Sequence[TableConfig], batch_size: int, count: int, seed: int = 0):
+    """(numerical [b, 13], categorical [b, total_hotness] with -1 padding, labels [b]) as constants."""
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(count):
+        numerical = rng.random((batch_size, len(NUMERICAL_FEATURES))).astype(np.float32)
+        columns = []
+        for table in tables:
+            ids = rng.integers(0, table.rows, (batch_size, table.hotness))
+            if table.hotness > 1:
+                length = rng.integers(1, table.hotness + 1, batch_size)
+                ids = np.where(np.arange(table.hotness)[None, :] < length[:, None], ids, -1)
+            columns.append(ids)
+        categorical = np.concatenate(columns, axis=1).astype(np.int32)
+        labels = (rng.random(batch_size) < 0.2).astype(np.float32)
+        batches.append(tuple(tf.constant(a) for a in (numerical, categorical, labels)))
+    return batches
+
+
+def reference_spec(tables: Sequence[TableConfig]) -> FeatureSpec:
+    """A split-binary spec of the reference's features (no files: the benchmark's batches live in memory)."""
+    spec = FeatureSpec.split_binary(LABEL, NUMERICAL_FEATURES, {t.name: t.rows for t in tables if not t.multi_hot},
+                                    multi_hot={t.name: (t.rows, t.hotness) for t in tables if t.multi_hot})
+    for table in tables:
+        spec.feature_spec[table.name]["embedding_dim"] = table.dim
+    return spec
+
+
+def ours(tables: Sequence[TableConfig], batches, args, xla: bool) -> List[Candidate]:
+    """The trainer's own train and predict steps of `--arch widedeep` (one process), `--xla` or not."""
+    config = Config(model=ModelConfig(arch="widedeep", deep_dropout=args.dropout),
+                    optimizer=OptimizerConfig(linear_learning_rate=args.linear_learning_rate,
+                                              deep_learning_rate=args.deep_learning_rate, deep_warmup_epochs=0.0),
+                    train=TrainConfig(xla=xla))
+    parts = parts_for_spec(config, reference_spec(tables), single_process(), with_optimizer=True)
+    parts.training_optimizer().schedule.set_steps_per_epoch(1 << 30)  # the deep rate stays at its first phase
+    train_step, predict_step = make_train_step(parts), make_predict_step(parts.model)
+    global_rows = tf.constant(float(batches[0][0].shape[0]))
+    cursor = [0]
+
+    def train(steps: int) -> int:
+        for _ in range(steps):
+            numerical, categorical, labels = batches[cursor[0] % len(batches)]
+            loss = train_step(numerical, categorical, labels, global_rows, tf.constant(cursor[0] * 1_000_003, tf.int64))
+            cursor[0] += 1
+        float(loss)
+        return steps * int(batches[0][0].shape[0])
+
+    def predict(steps: int) -> int:
+        for i in range(steps):
+            numerical, categorical, _ = batches[i % len(batches)]
+            out = predict_step(numerical, categorical)
+        np.asarray(out)
+        return steps * int(batches[0][0].shape[0])
+
+    suffix = "_xla" if xla else ""
+    return [Candidate(f"ours_widedeep_train{suffix}", "ours", train, extra={"xla": xla}),
+            Candidate(f"ours_widedeep_predict{suffix}", "ours_eval", predict, extra={"xla": xla})]
+
+
+class BagLookup(tf.keras.layers.Layer):
+    """A Keras `Embedding` of rows + 1 (row 0: padding) looked up at ids + 1, padding masked, summed per row."""
+
+    def __init__(self, table: TableConfig, dim: int, initializer, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = tf.keras.layers.Embedding(table.rows + 1, dim, embeddings_initializer=initializer)
+
+    def call(self, ids):
+        vectors = self.embedding(ids + 1)
+        mask = tf.cast(ids >= 0, vectors.dtype)[:, :, None]
+        return tf.reduce_sum(vectors * mask, axis=1)
+
+
+def keras_widedeep(tables: Sequence[TableConfig], dropout: float) -> tf.keras.Model:
+    """`tf.keras.experimental.WideDeepModel` with NVIDIA's inputs, initialisers and widths."""
+    inputs = {"numerical": tf.keras.Input([len(NUMERICAL_FEATURES)], dtype=tf.float32, name="numerical"),
+              "categorical": tf.keras.Input([sum(t.hotness for t in tables)], dtype=tf.int32, name="categorical")}
+    starts = np.cumsum([0] + [t.hotness for t in tables])
+
+    def bags(dim_of: Callable[[TableConfig], int], initializer, prefix: str):
+        return [BagLookup(t, dim_of(t), initializer, name=f"{prefix}_{t.name}")(
+                inputs["categorical"][:, starts[i]:starts[i + 1]]) for i, t in enumerate(tables)]
+
+    wide = tf.keras.layers.Add()(bags(lambda t: 1, "zeros", "wide")
+                                 + [tf.keras.layers.Dense(1, kernel_initializer="zeros")(inputs["numerical"])])
+    linear = tf.keras.Model(inputs, wide, name="linear")
+    x = tf.keras.layers.Concatenate()(bags(lambda t: t.dim, "glorot_normal", "deep") + [inputs["numerical"]])
+    for units in DEEP_HIDDEN_UNITS:
+        x = tf.keras.layers.Dense(units, activation="relu")(x)
+        x = tf.keras.layers.Dropout(dropout)(x)
+    deep = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(x), name="deep")
+    return tf.keras.experimental.WideDeepModel(linear, deep, activation=None)
+
+
+def keras(tables, batches, args) -> List[Candidate]:
+    """Training (`fit`) and evaluation (`predict_on_batch`) candidates of the Keras baseline."""
+    model = keras_widedeep(tables, args.dropout)
+    model.compile(optimizer=[tf.keras.optimizers.legacy.Ftrl(args.linear_learning_rate),
+                             tf.keras.optimizers.legacy.RMSprop(args.deep_learning_rate, rho=0.5)],
+                  loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    data = tf.data.Dataset.from_tensor_slices((
+        {"numerical": tf.stack([b[0] for b in batches]), "categorical": tf.stack([b[1] for b in batches])},
+        tf.stack([b[2][:, None] for b in batches]),
+    )).repeat().prefetch(2)
+    iterator = iter(data)
+    batch_size = int(batches[0][0].shape[0])
+
+    def train(steps: int) -> int:
+        model.fit(iterator, steps_per_epoch=steps, epochs=1, verbose=0)
+        return steps * batch_size
+
+    def predict(steps: int) -> int:
+        for i in range(steps):
+            numerical, categorical, _ = batches[i % len(batches)]
+            out = model.predict_on_batch({"numerical": numerical, "categorical": categorical})
+        np.asarray(out)
+        return steps * batch_size
+
+    return [Candidate("keras_widedeep_fit", "keras", train), Candidate("keras_widedeep_predict", "keras_eval", predict)]
+
+
+def summarise(candidates: List[Candidate], args, started: str, load_before, command: str, mflop: float) -> dict:
+    wall = medians({c.name: c.samples_per_sec for c in candidates})
+    best = {c.name: max(c.samples_per_sec) for c in candidates}
+
+    def best_of(group: str, values: dict) -> str:
+        names = [c.name for c in candidates if c.group == group]
+        return max(names, key=values.get) if names else ""
+
+    headline = {}
+    for label, values in (("best_window", best), ("median", wall)):
+        keras_train, keras_eval = best_of("keras", values), best_of("keras_eval", values)
+        ours_train, ours_eval = best_of("ours", values), best_of("ours_eval", values)
+        headline[label] = {
+            "ours_train_vs_best_keras_train": ratio(values.get(ours_train, 0.0), values.get(keras_train, 0.0)),
+            "ours_eval_vs_best_keras_eval": ratio(values.get(ours_eval, 0.0), values.get(keras_eval, 0.0)),
+            "ours_train_vs_fp32_ceiling": ratio(values.get(ours_train, 0.0), values.get("ceiling_gemm_float32", 0.0)),
+            "best_keras_train": keras_train, "best_keras_eval": keras_eval,
+        }
+    return {
+        "benchmark": "widedeep_throughput",
+        "date_utc": started,
+        "command": command,
+        "machine": {"cpus": os.cpu_count(), "cpu_flags": cpu_flags(), "platform": platform.platform(),
+                    "tensorflow": tf.__version__, "load_average_before": load_before,
+                    "load_average_after": list(os.getloadavg())},
+        "settings": {"batch_size": args.batch_size, "max_rows": args.max_rows, "window_seconds": args.window_seconds,
+                     "rounds": args.rounds, "intra_op_threads": args.threads, "dropout": args.dropout,
+                     "mflop_per_sample": round(mflop, 3), "table_rows": [t.rows for t in args.tables]},
+        "ratios": headline,
+        "candidates": [{"name": c.name, "group": c.group, "median_samples_per_sec": round(wall[c.name], 1),
+                        "best_window_samples_per_sec": round(best[c.name], 1),
+                        "windows_samples_per_sec": [round(v, 1) for v in c.samples_per_sec],
+                        "steps_per_window": c.steps_per_window,
+                        **{k: ([round(x, 2) for x in v] if isinstance(v, list) else v) for k, v in c.extra.items()}}
+                       for c in candidates],
+    }
+
+
+def markdown(result: dict, facts: dict) -> List[str]:
+    s = result["settings"]
+    lines = [f"Wide & Deep throughput, reference tables capped at {s['max_rows']:,} rows, batch {s['batch_size']:,}, "
+             f"{run_facts(result['date_utc'], facts)}, {s['intra_op_threads']} intra-op threads, load average "
+             f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f}. "
+             f"{s['rounds']} alternating windows per candidate.", "",
+             "| candidate | best window samples/s | median samples/s |", "|---|---:|---:|"]
+    for c in result["candidates"]:
+        lines.append(f"| {c['name']} | {c['best_window_samples_per_sec']:,.0f} | {c['median_samples_per_sec']:,.0f} |")
+    for label, values in result["ratios"].items():
+        lines += ["", f"{label}: " + ", ".join(f"{k} = {v}" for k, v in values.items())]
+    return lines + ["", f"Ceiling = GEMM FLOP/s / {s['mflop_per_sample']} MFLOP per sample (the deep MLP, "
+                        "forward + backward).", "", f"Command: `{result['command']}`"]
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch_size", type=int, default=16384,
+                        help="per-step batch (16384 = the reference 131072 global batch per GPU on 8 GPUs)")
+    parser.add_argument("--max_rows", type=int, default=300_000, help="cap on rows per table (300000: none)")
+    parser.add_argument("--window_seconds", type=float, default=15.0)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--linear_learning_rate", type=float, default=0.02)
+    parser.add_argument("--deep_learning_rate", type=float, default=0.00012)
+    parser.add_argument("--skip", nargs="*", default=[], help="candidate names to leave out")
+    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "widedeep_throughput.json"))
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> dict:
+    args = parse_args(argv)
+    command = command_line("benchmarks/widedeep_throughput.py", argv)
+    started = utc_now(minutes=True)
+    load_before = list(os.getloadavg())
+    configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
+    args.tables = capped_tables(args.max_rows)
+    mflop = mlp_mflop_per_sample(sum(t.dim for t in args.tables) + len(NUMERICAL_FEATURES), DEEP_HIDDEN_UNITS)
+    batches = make_batches(args.tables, args.batch_size, count=3)
+    candidates = [*ours(args.tables, batches, args, xla=False), *ours(args.tables, batches, args, xla=True),
+                  *keras(args.tables, batches, args),
+                  gemm(args.batch_size, tf.float32, mflop)]
+    candidates = [c for c in candidates if c.name not in args.skip]
+    measure(candidates, args.window_seconds, args.rounds)
+    result = summarise(candidates, args, started, load_before, command, mflop)
+    write_json(args.output, result, indent=2)
+    write_table(os.path.splitext(args.output)[0] + ".md", markdown(result, machine_facts()))
+    return result
+
+
+if __name__ == "__main__":
+    main()
