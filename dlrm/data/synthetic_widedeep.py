@@ -27,6 +27,7 @@ import numpy as np
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.criteo import cap_rows
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.presets import WIDEDEEP_PRESETS
 from dlrm.data.synthetic_sampling import GeneratorParams, bag_ids, zipf_ids
 from dlrm.data.synthetic_widedeep_model import (
     AD_FEATURES,
@@ -45,21 +46,6 @@ CALIBRATION_DISPLAYS = 1 << 15
 GROUND_TRUTH_FILE = "ground_truth.npz"
 WRITE_ROWS = 1 << 17
 TRAIN_MAPPING, TEST_MAPPING = "train", "test"
-
-
-@dataclass(frozen=True)
-class WideDeepPreset:
-    """Table sizes (the reference's, optionally capped) and the default size of the click log."""
-
-    max_rows: Optional[int]  # cap on every table
-    rows: int  # default rows of the log (train + test)
-
-
-WIDEDEEP_PRESETS = {
-    "widedeep": WideDeepPreset(None, 1_500_000),
-    # tables <= 20k rows and ~300k train rows: a CPU trains it in a couple of minutes
-    "widedeep_tiny": WideDeepPreset(20_000, 450_000),
-}
 
 
 @dataclass
@@ -202,7 +188,8 @@ def _sample_block(seq: np.random.SeedSequence, displays: int, cards: dict[str, i
     numerical = rng.beta(beta[0], beta[1], size=(rows, beta.shape[1])).astype(np.float16)
     parts = truth.components(numerical, categorical)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    noisy = sum(parts.values()) + rng.gumbel(size=rows)  # Gumbel-max: the argmax is a draw from the softmax
+    # Gumbel-max: the argmax of score + Gumbel noise is a draw from the display's softmax
+    noisy = np.sum(list(parts.values()), axis=0) + rng.gumbel(size=rows)
     label = noisy == np.maximum.reduceat(noisy, starts)[display_of_row]
     return {"sizes": sizes, "day": day, "to_train": to_train, "numerical": numerical, "categorical": categorical,
             "parts": parts, "label": label}
@@ -225,7 +212,6 @@ def _generate_log(cards: dict[str, int], rows: int, seed: int, truth: WideDeepTr
         blocks.append({"sizes": b["sizes"][:keep], "day": b["day"][:keep], "to_train": b["to_train"][:keep],
                        "numerical": b["numerical"][:kept_rows], "categorical": b["categorical"][:kept_rows],
                        "label": b["label"][:kept_rows],
-                       "score": sum(b["parts"].values())[:kept_rows],
                        **{f"part/{k}": v[:kept_rows] for k, v in b["parts"].items()}})
         total += kept_rows
         block += 1
@@ -244,7 +230,7 @@ def _rows_of(displays: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.
     return np.repeat(starts[displays], counts) + offsets
 
 
-def _softmax_logits(groups_sorted_rows: np.ndarray, score: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def _softmax_logits(score: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """Logit of each row's true click probability (softmax within its display), rows display-contiguous."""
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     per_row = np.repeat(np.arange(sizes.size), sizes)
@@ -262,8 +248,8 @@ def chance_map(sizes: np.ndarray, k: int = MAP_K) -> float:
 
 def bayes_figures(groups: np.ndarray, labels: np.ndarray, parts: dict[str, np.ndarray], sizes: np.ndarray) -> dict:
     """Bayes MAP@12 / AUC / log loss of the true scores and the ablations' MAP@12 (test rows ordered by display)."""
-    score = sum(parts.values())
-    logits = _softmax_logits(groups, score, sizes)
+    score = np.sum(list(parts.values()), axis=0)
+    logits = _softmax_logits(score, sizes)
     ablations = {f"without_{name}": map_at_k(groups, labels, score - parts[name]) for name in COMPONENTS}
     ablations["memorisation_only"] = map_at_k(groups, labels, parts["memorisation"])
     ablations["linear_only"] = map_at_k(groups, labels, parts["memorisation"] + parts["numerical_linear"])
