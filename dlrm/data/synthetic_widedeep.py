@@ -274,11 +274,11 @@ def generate_widedeep(out_dir: str, preset: str = "widedeep_tiny", rows: Optiona
     (about 2/3 train, 1/3 test); None: the preset's default. `max_rows` caps every table further.
     """
     params = params or WideDeepParams()
+    started = time.time()
+    cards = preset_tables(preset, max_rows)
     rows = WIDEDEEP_PRESETS[preset].rows if rows is None else int(rows)
     if rows < 2:
         raise ValueError(f"rows must be >= 2 (one display), got {rows}")
-    started = time.time()
-    cards = preset_tables(preset, max_rows)
     truth = build_truth(cards, seed, params)
     log = _generate_log(cards, rows, seed, truth, params)
     sizes = log["sizes"]
