@@ -29,7 +29,7 @@ from dlrm.argtypes import (
     show_default,
 )
 from dlrm.config import ARCHS, DEEP_OPTIMIZERS, MODEL_TYPES, Config
-from dlrm.data.criteo import PRESET_NAMES
+from dlrm.data.presets import SYNTHETIC_PRESET_NAMES
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
 from dlrm.embedding.planner import STRATEGIES, byte_size, positive_byte_size
 from dlrm.features import COMBINERS
@@ -127,7 +127,7 @@ def _data_flags(parser: argparse.ArgumentParser) -> None:
     _add(data, "--dataset_path", [("data", "dataset_dir")], "split-binary dataset directory (feature_spec.yaml)")
     _add(data, "--synthetic_dir", [("data", "synthetic_dir")], "where the embedded synthetic dataset lives")
     _add(data, "--synthetic_preset", [("data", "synthetic_preset")], "table-size preset of the synthetic dataset",
-         choices=PRESET_NAMES)
+         choices=SYNTHETIC_PRESET_NAMES)
     _add(data, "--synthetic_train_rows", [("data", "synthetic_train_rows")], "synthetic training rows",
          type=positive_int)
     _add(data, "--synthetic_test_rows", [("data", "synthetic_test_rows")], "synthetic test rows",

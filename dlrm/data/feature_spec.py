@@ -239,10 +239,11 @@ class FeatureSpec:
     def _binary_chunks_unchecked(self, mapping: str) -> list[BinaryChunk]:
         by_first_feature = {chunk["features"][0]: chunk for chunk in self.source_spec[mapping]}
         bags = self.max_hotness
+        group = self.group_name
         order = ([(self.label_name, LABEL_CHANNEL)] + [(name, NUMERICAL_CHANNEL) for name in self.numerical_names[:1]]
                  + [(name, self.onehot_channel) for name in self.onehot_names]
                  + [(name, MULTIHOT_CHANNEL) for name in self.multihot_names]
-                 + [(name, MAP_CHANNEL) for name in ([self.group_name] if self.group_name else [])])
+                 + ([(group, MAP_CHANNEL)] if group is not None and group in by_first_feature else []))
         chunks = []
         for first, channel in order:
             raw = by_first_feature[first]
@@ -334,9 +335,9 @@ class FeatureSpec:
                 p += self._split_binary_chunk_problems(at, features, files)
         for channel in CHANNELS:
             for name in self.channel_spec.get(channel) or []:
-                if count.get(name, 0) == 0:
+                if count.get(name, 0) == 0 and channel != MAP_CHANNEL:  # a mapping may lack the group id
                     p.append(f"{where} has no file for feature {name!r} (channel {channel})")
-                elif count[name] > 1:
+                elif count.get(name, 0) > 1:
                     p.append(f"{where} lists feature {name!r} in {count[name]} chunks")
         return p
 

@@ -3,7 +3,8 @@
 One weight per (table, id) for the `max_ids` most frequent ids of each table (rarer ids share one
 weight; a multi-hot row adds the weights of its bag's ids), plus standardised numericals; trained
 with Adagrad on minibatches. On the synthetic data it learns the first-order part of the hidden
-click model, so its AUC sits clearly above 0.5 and below the recorded Bayes AUC.
+click model, so its AUC sits clearly above 0.5 and below the recorded Bayes AUC. With a `map`
+channel (displays) it reports MAP@12 too: the wide-only proxy of the Wide & Deep dataset.
 CLI: `python -m dlrm.data.lr_baseline DATASET_DIR`.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from dlrm import argtypes
 from dlrm.data.binary import Batch, BatchReader
 from dlrm.data.feature_spec import FeatureSpec
-from dlrm.metrics import exact_auc
+from dlrm.metrics import exact_auc, map_at_k
 
 
 def _load(spec: FeatureSpec, mapping: str, limit: Optional[int]) -> Batch:
@@ -68,8 +69,12 @@ def logistic_regression_auc(spec: FeatureSpec, max_ids: int = 64, epochs: int = 
             bias -= learning_rate * grad_b / np.sqrt(g_b)
     test_ids, test_x = features(test)
     scores = bias + w_ids[test_ids].sum(axis=1) + ((test_x - mean) / std) @ w_x
-    return {"lr_auc": exact_auc(test.label, scores), "bayes_auc": spec.metadata.get("bayes_auc"),
-            "train_rows": int(n), "test_rows": int(test_ids.shape[0])}
+    result = {"lr_auc": exact_auc(test.label, scores), "bayes_auc": spec.metadata.get("bayes_auc"),
+              "train_rows": int(n), "test_rows": int(test_ids.shape[0])}
+    if test.group is not None:  # a dataset with displays (map channel): the ranking metric too
+        result.update(lr_map_at_12=map_at_k(test.group, test.label, scores),
+                      bayes_map_at_12=spec.metadata.get("bayes_map_at_12"))
+    return result
 
 
 def build_parser() -> argtypes.ArgumentParser:

@@ -28,7 +28,8 @@ GROUP_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 SPLIT_BINARY = "split_binary"
 CSV = "csv"
-CHUNK_TYPES = (SPLIT_BINARY, CSV)
+PARQUET = "parquet"  # NVIDIA's Wide & Deep BYO format (read by the transcoder only)
+CHUNK_TYPES = (SPLIT_BINARY, CSV, PARQUET)
 GROUP_FILE = "group.bin"
 
 

@@ -27,8 +27,9 @@ import numpy as np
 
 from dlrm import argtypes
 from dlrm.data.binary import SplitBinaryWriter
-from dlrm.data.criteo import PRESET_NAMES, cap_rows, preset_cardinalities, preset_hotness
+from dlrm.data.criteo import cap_rows, preset_cardinalities, preset_hotness
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.presets import SYNTHETIC_PRESET_NAMES, is_widedeep_preset
 from dlrm.data.synthetic_model import GENERATOR_VERSION, ClickModel, build_click_model
 from dlrm.data.synthetic_sampling import GeneratorParams, sample_features, zipf_ids
 from dlrm.errors import UserError
@@ -37,6 +38,7 @@ from dlrm.metrics import exact_auc, log_loss_from_logits
 __all__ = ["GENERATOR_VERSION", "GROUND_TRUTH_FILE", "ClickModel", "GeneratorParams", "generate_dataset",
            "generate_atomically", "is_generated", "zipf_ids"]
 
+DEFAULT_TRAIN_ROWS, DEFAULT_TEST_ROWS = 1_048_576, 131_072
 BLOCK_ROWS = 1 << 17  # rows per independently seeded block (part of the determinism contract)
 GROUND_TRUTH_FILE = "ground_truth.npz"
 
@@ -170,14 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the dataset already in --out (only a directory holding a feature_spec.yaml)")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--preset", choices=PRESET_NAMES, default="tiny",
-                       help="table-size preset (dlrm/data/criteo.py; default: tiny)")
+    group.add_argument("--preset", choices=SYNTHETIC_PRESET_NAMES, default="tiny",
+                       help="table-size preset (dlrm/data/criteo.py; widedeep, widedeep_tiny: the Outbrain-shaped "
+                            "Wide & Deep click log of dlrm/data/synthetic_widedeep.py; default: tiny)")
     group.add_argument("--cardinalities", type=argtypes.sizes_list,
                        help="comma-separated table sizes (id 0 included), instead of a preset, e.g. 1000,20,300")
-    parser.add_argument("--train_rows", type=argtypes.positive_int, default=1_048_576, help="(default: 1048576)")
-    parser.add_argument("--test_rows", type=argtypes.count, default=131_072, help="(default: 131072)")
+    parser.add_argument("--train_rows", type=argtypes.positive_int,
+                        help=f"(default: {DEFAULT_TRAIN_ROWS}; widedeep presets: train + test rows are the rows of "
+                             f"the click log, split by day and display; default: the preset's)")
+    parser.add_argument("--test_rows", type=argtypes.count, help=f"(default: {DEFAULT_TEST_ROWS})")
     parser.add_argument("--seed", type=argtypes.seed, default=12345, help="(default: 12345)")
-    parser.add_argument("--num_numerical", type=argtypes.count, default=13, help="numerical features (default: 13)")
+    parser.add_argument("--num_numerical", type=argtypes.count, help="numerical features (default: 13)")
     parser.add_argument("--hotness", type=argtypes.sizes_list,
                         help="comma-separated ids per row, one per table (1 = one-hot, H = multi-hot bags of "
                              "0..H ids); default: the preset's (mlperf presets: MLPerf DLRM-DCNv2's), else all one-hot")
@@ -223,16 +228,39 @@ def _tables_from_flags(args: argparse.Namespace,
     return cap_rows(cards, args.max_rows), hotness, preset
 
 
+def _widedeep_rows(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Optional[int]:
+    """Rows of a widedeep preset's click log (train + test rows; None: the preset's default), after
+    refusing the flags that shape Criteo-like tables only."""
+    for flag in ("hotness", "num_numerical"):
+        if getattr(args, flag) is not None:
+            parser.error(f"argument --{flag}: not used by --preset {args.preset} (the reference's 16 tables and "
+                         f"13 numerical features)")
+    if args.train_rows is None and args.test_rows is None:
+        return None
+    return (args.train_rows or 0) + (args.test_rows or 0)
+
+
+def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser, out: str) -> FeatureSpec:
+    if is_widedeep_preset(args.preset) and not args.cardinalities:
+        from dlrm.data.synthetic_widedeep import generate_widedeep
+
+        return generate_widedeep(out, args.preset, _widedeep_rows(args, parser), args.seed, max_rows=args.max_rows)
+    cards, hotness, preset = _tables_from_flags(args, parser)
+    train_rows = DEFAULT_TRAIN_ROWS if args.train_rows is None else args.train_rows
+    test_rows = DEFAULT_TEST_ROWS if args.test_rows is None else args.test_rows
+    num_numerical = 13 if args.num_numerical is None else args.num_numerical
+    return generate_dataset(out, cards, train_rows, test_rows, args.seed, num_numerical, preset=preset,
+                            hotness=hotness)
+
+
 def generate_from_flags(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    cards, hotness, preset = _tables_from_flags(args, parser)
     check_output_dir(args.out, args.overwrite)
     # Written aside and renamed when complete: an interrupted run leaves --out as it was.
     tmp = f"{os.path.normpath(args.out)}.tmp-{os.getpid()}"
     try:
-        spec = generate_dataset(tmp, cards, args.train_rows, args.test_rows, args.seed, args.num_numerical,
-                                preset=preset, hotness=hotness)
+        spec = _generate(args, parser, tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -240,8 +268,8 @@ def generate_from_flags(argv: Optional[Sequence[str]] = None) -> int:
         shutil.rmtree(args.out)  # empty, or a dataset that --overwrite replaces (check_output_dir)
     os.rename(tmp, args.out)
     meta = spec.metadata
-    print(json.dumps({"out": os.path.abspath(args.out), "bayes_auc": meta["bayes_auc"],
-                      "bayes_logloss": meta["bayes_logloss"], "positive_rate": meta["positive_rate"],
+    keys = ("num_rows", "bayes_map_at_12", "bayes_auc", "bayes_logloss", "positive_rate")
+    print(json.dumps({"out": os.path.abspath(args.out), **{k: meta[k] for k in keys if k in meta},
                       "seconds": meta["generator"]["seconds"]}, indent=1))
     return 0
 

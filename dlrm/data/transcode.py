@@ -1,4 +1,8 @@
-"""Headerless CSV described by a feature spec -> split-binary dataset (the "bring your own data" path).
+"""Headerless CSV or parquet described by a feature spec -> split-binary dataset ("bring your own data").
+
+Parquet in NVIDIA's Wide & Deep layout (`parquet` chunks, one column per feature, list columns for
+multi-hot features, `map` feature allowed in test only) is read by `dlrm.data.transcode_parquet`; the
+rest of this docstring is about CSV. Both go through the same writer and error re-statement.
 
 The input spec lists, per mapping, one `csv` chunk holding every feature in column order; its files
 are concatenated row-wise. Values must already be model-ready: label 0/1, numericals as numbers
@@ -10,7 +14,7 @@ out-of-range id, a list longer than max_hotness, label not 0/1, NaN/inf, too man
 stops the run with an error naming the CSV file, its line and the feature, and so does an empty CSV
 file; nothing is published (the writer renames files only on success).
 
-CLI: `python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR [--delimiter ,]`
+CLI: `python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR [--delimiter ,] [--chunk_rows N]`
 """
 from __future__ import annotations
 
@@ -27,8 +31,9 @@ import pandas as pd
 from dlrm.argtypes import ArgumentParser, add_debug_flag, one_character, positive_int
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.errors import DataError, SpecError
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from dlrm.data.spec_rules import CSV
+from dlrm.data.transcode_parquet import ParquetColumns, is_parquet_spec, row_batches, spec_problems
 from dlrm.features import PADDING_ID
 
 DEFAULT_CHUNK_ROWS = 1 << 18
@@ -49,7 +54,18 @@ def output_spec(input_spec: FeatureSpec) -> FeatureSpec:
     carried += [(input_spec.group_name, ("dtype",))] if input_spec.group_name else []
     for name, keys in carried:
         spec.feature_spec[name].update({k: v for k, v in input_spec.feature_spec[name].items() if k in keys})
+    if input_spec.group_name and str(spec.feature_spec[input_spec.group_name]["dtype"]) not in ("int32", "int64"):
+        spec.feature_spec[input_spec.group_name]["dtype"] = "int64"  # e.g. no dtype in the input
+    for mapping in spec.source_spec:  # the group id may be missing from a mapping (e.g. train)
+        if not _has_group(input_spec, mapping):
+            spec.source_spec[mapping] = [c for c in spec.source_spec[mapping]
+                                         if c["features"] != [input_spec.group_name]]
     return spec
+
+
+def _has_group(spec: FeatureSpec, mapping: str) -> bool:
+    return spec.group_name is not None and any(spec.group_name in chunk["features"]
+                                               for chunk in spec.source_spec[mapping])
 
 
 def _csv_chunk(spec: FeatureSpec, mapping: str) -> dict:
@@ -67,14 +83,14 @@ class _ColumnRoles:
 
     def __init__(self, spec: FeatureSpec, columns: list[str]):
         self.columns = columns
-        self.text = spec.multihot_names + ([spec.group_name] if spec.group_name else [])
+        self.group = spec.group_name if spec.group_name in columns else None  # a mapping may lack it
+        self.text = spec.multihot_names + ([self.group] if self.group else [])
         self.numbers = [name for name in columns if name not in self.text]
         position = {name: i for i, name in enumerate(self.numbers)}
         self.label = position[spec.label_name]
         self.numerical = [position[n] for n in spec.numerical_names]
         self.categorical = [position[n] for n in spec.onehot_names]
         self.max_hotness = spec.max_hotness
-        self.group = spec.group_name
 
 
 def _check_block(values: np.ndarray, roles: _ColumnRoles, path: str, first_line: int) -> None:
@@ -148,12 +164,23 @@ def _block_arrays(block: pd.DataFrame, roles: _ColumnRoles, path: str, first_lin
     return values[:, roles.label], values[:, roles.numerical], tables, group
 
 
-def _at_csv_line(error: DataError, path: str, rows_before_file: int) -> DataError:
-    """A writer error (row = output row of the mapping) re-stated at the CSV file and line."""
+def at_source_row(error: DataError, path: str, rows_before_file: int, lines: bool) -> DataError:
+    """A writer error (row = output row of the mapping) re-stated at the input file's own line (CSV,
+    `lines`) or row (parquet, 0-based)."""
     if error.row is None:
         return error
-    line = error.row - rows_before_file + 1
-    return DataError(f"(line {line}) {error.message}", path, error.feature, line - 1)
+    row = error.row - rows_before_file
+    message = f"(line {row + 1}) {error.message}" if lines else error.message
+    return DataError(message, path, error.feature, row)
+
+
+def write_rows(writer: SplitBinaryWriter, arrays: tuple, path: str, rows_before_file: int, lines: bool) -> None:
+    """Append one block of an input file; the writer's checks (labels, numericals, id ranges, bags) are the
+    same for every producer, their errors re-stated at the input file's line or row."""
+    try:
+        writer.write(*arrays)
+    except DataError as error:
+        raise at_source_row(error, path, rows_before_file, lines) from None
 
 
 def _diagnose(path: str, first_line: int, roles: _ColumnRoles, delimiter: str, error: Exception) -> DataError:
@@ -195,11 +222,7 @@ def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSp
                     break
                 except (ValueError, pd.errors.ParserError) as error:
                     raise _diagnose(path, first_line, roles, delimiter, error) from None
-                arrays = _block_arrays(block, roles, path, first_line)
-                try:
-                    writer.write(*arrays)
-                except DataError as error:
-                    raise _at_csv_line(error, path, rows_before_file) from None
+                write_rows(writer, _block_arrays(block, roles, path, first_line), path, rows_before_file, lines=True)
                 first_line += block.shape[0]
             if writer.rows_written == rows_before_file:
                 raise DataError(f"the CSV file is empty: no rows for mapping {mapping!r} (fill it, or remove it "
@@ -207,15 +230,49 @@ def transcode_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSp
     return writer.rows_written
 
 
+def transcode_parquet_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: FeatureSpec, mapping: str,
+                              chunk_rows: int = DEFAULT_CHUNK_ROWS) -> int:
+    """Convert one mapping of a parquet dataset, `chunk_rows` rows at a time; returns its row count."""
+    chunk = input_spec.source_spec[mapping][0]
+    columns = ParquetColumns(input_spec, list(chunk["features"]))
+    with SplitBinaryWriter(out_dir, out_spec, mapping) as writer:
+        for relative in chunk["files"]:
+            path = input_spec.resolve(relative)
+            rows_before_file = writer.rows_written
+            for _, arrays in row_batches(path, columns, chunk_rows):
+                write_rows(writer, arrays, path, rows_before_file, lines=False)
+        if writer.rows_written == 0:
+            raise DataError(f"the parquet files of mapping {mapping!r} hold no rows", input_spec.resolve(
+                chunk["files"][0]))
+    return writer.rows_written
+
+
+def load_input_spec(path: str) -> FeatureSpec:
+    """The input spec, checked by the rules of its format (CSV: the project's; parquet: NVIDIA's BYO rules)
+    and its files' existence; every problem in one error."""
+    spec = FeatureSpec.load(path)
+    if not is_parquet_spec(spec):
+        return spec.validate(check_files=True)
+    problems = spec_problems(spec)
+    if not problems:
+        paths = [(m, spec.resolve(f)) for m in spec.mappings for f in spec.source_spec[m][0]["files"]]
+        problems = [f"file {path} (mapping {m}) does not exist" for m, path in paths if not os.path.isfile(path)]
+    if problems:
+        raise SpecError(problems, os.path.join(path, SPEC_FILE_NAME) if os.path.isdir(path) else path)
+    return spec
+
+
 def transcode(input_spec_path: str, out_dir: str, chunk_rows: int = DEFAULT_CHUNK_ROWS, delimiter: str = ",",
               mappings: Optional[Sequence[str]] = None) -> FeatureSpec:
     """Transcode every (or the given) mapping and write `out_dir/feature_spec.yaml`."""
-    input_spec = FeatureSpec.load(input_spec_path).validate(check_files=True)
+    input_spec = load_input_spec(input_spec_path)
+    parquet = is_parquet_spec(input_spec)
     out_spec = output_spec(input_spec)
     os.makedirs(out_dir, exist_ok=True)
     rows = {}
     for mapping in mappings or input_spec.mappings:
-        rows[mapping] = transcode_mapping(input_spec, out_dir, out_spec, mapping, chunk_rows, delimiter)
+        rows[mapping] = (transcode_parquet_mapping(input_spec, out_dir, out_spec, mapping, chunk_rows) if parquet
+                         else transcode_mapping(input_spec, out_dir, out_spec, mapping, chunk_rows, delimiter))
     out_spec.source_spec = {m: out_spec.source_spec[m] for m in rows}
     out_spec.metadata["num_rows"] = rows
     out_spec.metadata["transcoded_from"] = os.path.abspath(input_spec_path)
@@ -225,10 +282,11 @@ def transcode(input_spec_path: str, out_dir: str, chunk_rows: int = DEFAULT_CHUN
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m dlrm.data.transcode", description=__doc__.split("\n")[0])
-    parser.add_argument("--input", required=True, help="feature spec (yaml) of the CSV dataset")
+    parser.add_argument("--input", required=True,
+                        help="feature spec (yaml) of the CSV or parquet (NVIDIA Wide & Deep layout) dataset")
     parser.add_argument("--output", required=True, help="output directory of the split-binary dataset")
     parser.add_argument("--delimiter", type=one_character, default=",",
-                        help="field separator, one character (use $'\\t' for TSV; default: ,)")
+                        help="CSV field separator, one character (use $'\\t' for TSV; default: ,)")
     parser.add_argument("--chunk_rows", type=positive_int, default=DEFAULT_CHUNK_ROWS,
                         help=f"rows read at a time (default: {DEFAULT_CHUNK_ROWS})")
     add_debug_flag(parser)

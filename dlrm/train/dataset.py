@@ -9,6 +9,7 @@ from dlrm import dist
 from dlrm.config import Config, DataConfig
 from dlrm.data.criteo import preset_cardinalities, preset_hotness
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.presets import is_widedeep_preset
 from dlrm.data.validate import check_mappings
 from dlrm.train.build import cores_per_rank
 from dlrm.train.metrics_log import MetricsLog
@@ -24,18 +25,32 @@ def prepare_dataset(data_cfg: DataConfig, group: dist.ProcessGroup, log: Metrics
     if data_cfg.dataset_dir:
         return data_cfg.dataset_dir
     directory = os.path.abspath(data_cfg.synthetic_dir)
-    cardinalities = preset_cardinalities(data_cfg.synthetic_preset)
-    sizes = (cardinalities, data_cfg.synthetic_train_rows, data_cfg.synthetic_test_rows, data_cfg.synthetic_seed,
-             preset_hotness(data_cfg.synthetic_preset))
     if group.rank == 0:
-        from dlrm.data.synthetic import generate_atomically, is_generated  # only the generating rank needs it
-
-        if not is_generated(directory, *sizes):
-            log.message(f"generating the synthetic '{data_cfg.synthetic_preset}' dataset in {directory} "
-                        f"({data_cfg.synthetic_train_rows:,} train / {data_cfg.synthetic_test_rows:,} test rows)")
-            generate_atomically(directory, *sizes, preset=data_cfg.synthetic_preset)
+        _generate_synthetic(data_cfg, directory, log)
     group.barrier()  # the other ranks wait for rank 0's dataset
     return directory
+
+
+def _generate_synthetic(data_cfg: DataConfig, directory: str, log: MetricsLog) -> None:
+    """Generate the synthetic dataset unless `directory` holds it already (only the generating rank
+    imports the generator). A widedeep preset's click log has train + test rows, split by day and display."""
+    preset, seed = data_cfg.synthetic_preset, data_cfg.synthetic_seed
+    train_rows, test_rows = data_cfg.synthetic_train_rows, data_cfg.synthetic_test_rows
+    if is_widedeep_preset(preset):
+        from dlrm.data.synthetic_widedeep import generate_widedeep_atomically, is_widedeep_generated
+
+        if not is_widedeep_generated(directory, preset, train_rows + test_rows, seed):
+            log.message(f"generating the synthetic '{preset}' click log in {directory} ({train_rows + test_rows:,} "
+                        f"rows, split by day and display into train and test)")
+            generate_widedeep_atomically(directory, preset, train_rows + test_rows, seed)
+        return
+    from dlrm.data.synthetic import generate_atomically, is_generated
+
+    sizes = (preset_cardinalities(preset), train_rows, test_rows, seed, preset_hotness(preset))
+    if not is_generated(directory, *sizes):
+        log.message(f"generating the synthetic '{preset}' dataset in {directory} "
+                    f"({train_rows:,} train / {test_rows:,} test rows)")
+        generate_atomically(directory, *sizes, preset=preset)
 
 
 def check_data(config: Config, dataset_dir: str, group: dist.ProcessGroup, log: MetricsLog) -> None:

@@ -1,0 +1,33 @@
+"""Every synthetic dataset preset by name (pure Python, no numpy: the trainer's flags list them).
+
+The Criteo-shaped presets (`dlrm.data.criteo`) are sized by train and test rows; the Wide & Deep
+(Outbrain-shaped) ones (`dlrm.data.synthetic_widedeep`) by the rows of the whole click log, which
+the reference's day split divides into train and test.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from dlrm.data.criteo import PRESET_NAMES
+
+
+@dataclass(frozen=True)
+class WideDeepPreset:
+    """A cap on every reference table (None: the reference's sizes) and the default rows of the log."""
+
+    max_rows: Optional[int]
+    rows: int  # train + test
+
+
+WIDEDEEP_PRESETS = {
+    "widedeep": WideDeepPreset(None, 1_500_000),
+    # tables <= 20k rows, ~300k train rows: a CPU trains it in a couple of minutes
+    "widedeep_tiny": WideDeepPreset(20_000, 450_000),
+}
+WIDEDEEP_PRESET_NAMES = tuple(WIDEDEEP_PRESETS)
+SYNTHETIC_PRESET_NAMES = PRESET_NAMES + WIDEDEEP_PRESET_NAMES
+
+
+def is_widedeep_preset(name: Optional[str]) -> bool:
+    return name in WIDEDEEP_PRESETS

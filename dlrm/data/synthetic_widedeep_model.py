@@ -1,0 +1,108 @@
+"""The hidden click model of the Outbrain-shaped (Wide & Deep) synthetic dataset.
+
+A display shows 2..12 ads; exactly one is clicked, ad a with probability softmax over the display's
+ads of the hidden score
+
+    s(row) = memorisation(ad side ids) + <U(request), V(ad)> + w . (x - c) + quadratic(x - c)
+
+- memorisation: one effect per id of the large ad-side tables (ad_id, document_id_promo, campaign_id),
+  every id its own draw: a model learns it only by seeing the id, which a wide (linear) part does fast;
+- generalisation: a dot product of low-dimensional hidden vectors, request side (platform, country,
+  publisher, source, topics, categories) against ad side (campaign, advertiser, promoted source and
+  publisher): an interaction of two features, which a linear model cannot represent;
+- numericals: a linear part and a quadratic form (a nonlinear part only the deep MLP can fit).
+
+Request-only terms would cancel in the softmax, so the score has none. Every term is computed from
+the stored features (numericals after their float16 rounding), so the ground truth reproduces the
+Bayes values from the dataset's files. Each part is scaled to a target standard deviation on a
+calibration sample.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from dlrm.features import PADDING_ID
+
+MEMORISATION_FEATURES = ("ad_id", "document_id_promo", "campaign_id")
+REQUEST_FEATURES = ("platform", "geo_location_country", "publisher_id", "source_id", "topic_id_list",
+                    "category_id_list")
+AD_FEATURES = ("campaign_id", "advertiser_id", "source_id_promo", "publisher_id_promo")
+COMPONENTS = ("memorisation", "generalisation", "numerical_linear", "numerical_nonlinear")
+
+
+@dataclass
+class WideDeepTruth:
+    """The hidden score of every row, from stored features laid out as a batch (table order `tables`)."""
+
+    tables: tuple[str, ...]  # categorical features in id-column order
+    hotness: tuple[int, ...]
+    effects: dict[str, np.ndarray]  # memorisation feature -> effect per id [cardinality]
+    vectors: dict[str, np.ndarray]  # request / ad feature -> hidden vector per id [cardinality, rank]
+    numerical_center: np.ndarray  # [F]
+    numerical_linear: np.ndarray  # [F]
+    numerical_quadratic: np.ndarray  # [F, F] symmetric
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # generation tables (ad -> campaign, ...)
+
+    def columns(self, categorical: np.ndarray, name: str) -> np.ndarray:
+        """Feature `name`'s ids [n, hotness] from a batch's categorical [n, total_hotness]."""
+        start = 0
+        for table, hot in zip(self.tables, self.hotness):
+            if table == name:
+                return categorical[:, start:start + hot]
+            start += hot
+        raise KeyError(name)
+
+    def _pooled(self, categorical: np.ndarray, name: str) -> np.ndarray:
+        """Mean of the row's ids' hidden vectors (-1 padding ignored; an empty bag gives zeros)."""
+        ids = self.columns(categorical, name)
+        valid = ids != PADDING_ID
+        table = self.vectors[name]
+        total = (table[np.where(valid, ids, 0)] * valid[..., None]).sum(axis=1)
+        return total / np.maximum(valid.sum(axis=1), 1)[:, None]
+
+    def components(self, numerical: np.ndarray, categorical: np.ndarray) -> dict[str, np.ndarray]:
+        """The score's parts per row (see COMPONENTS), numerical [n, F], ids [n, total_hotness]."""
+        memo = sum((self.effects[name][self.columns(categorical, name)[:, 0]] for name in MEMORISATION_FEATURES),
+                   np.zeros(categorical.shape[0]))
+        request = sum(self._pooled(categorical, name) for name in REQUEST_FEATURES)
+        ad = sum(self._pooled(categorical, name) for name in AD_FEATURES)
+        x = numerical.astype(np.float64) - self.numerical_center
+        return {"memorisation": memo, "generalisation": np.einsum("nd,nd->n", request, ad),
+                "numerical_linear": x @ self.numerical_linear,
+                "numerical_nonlinear": np.einsum("nf,fg,ng->n", x, self.numerical_quadratic, x)}
+
+    def scores(self, numerical: np.ndarray, categorical: np.ndarray, without: Sequence[str] = ()) -> np.ndarray:
+        """The hidden score s(row) (optionally without some components: the ablations)."""
+        parts = self.components(numerical, categorical)
+        return sum((v for k, v in parts.items() if k not in without), np.zeros(categorical.shape[0]))
+
+    def save(self, path: str) -> None:
+        arrays = {f"effects/{k}": v for k, v in self.effects.items()}
+        arrays.update({f"vectors/{k}": v for k, v in self.vectors.items()})
+        arrays.update({f"extra/{k}": v for k, v in self.extra.items()})
+        arrays.update(tables=np.asarray(self.tables), hotness=np.asarray(self.hotness, dtype=np.int64),
+                      numerical_center=self.numerical_center, numerical_linear=self.numerical_linear,
+                      numerical_quadratic=self.numerical_quadratic)
+        tmp = f"{path}.tmp.npz"
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str) -> "WideDeepTruth":
+        with np.load(path, allow_pickle=False) as z:
+            def group(prefix: str) -> dict[str, np.ndarray]:
+                return {k.split("/", 1)[1]: z[k] for k in z.files if k.startswith(prefix + "/")}
+
+            return cls(tuple(str(t) for t in z["tables"]), tuple(int(h) for h in z["hotness"]), group("effects"),
+                       group("vectors"), z["numerical_center"], z["numerical_linear"], z["numerical_quadratic"],
+                       group("extra"))
+
+
+def scale_to(values: np.ndarray, target: float) -> float:
+    """Factor that gives `values` the standard deviation `target` (0 for a constant)."""
+    std = float(values.std())
+    return target / std if std > 0 else 0.0
