@@ -20,8 +20,8 @@ from pathlib import Path
 
 from dlrm.atomic import write_text_atomically
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
-from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
 from preproc_spark3.chunks import chunk_layout
+from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
 from preproc_spark3.dictionary import build_dictionary, cardinalities
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
 from preproc_spark3.raw_input import find_day_files, read_numbered_lines

@@ -16,7 +16,7 @@ import os
 import re
 from functools import partial
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -68,8 +68,8 @@ class _ChunkWriter:
         self.chunk = chunk
         self.split, index = layout.split_of(chunk)
         self.binary = SplitBinaryWriter(chunk_dir(work, chunk), spec, self.split)
-        self.parquet = None
-        self.parquet_path = None
+        self.parquet: Any = None  # pyarrow.parquet.ParquetWriter once the first batch arrives
+        self.parquet_path: Optional[str] = None
         if parquet_dir is not None:
             directory = os.path.join(parquet_dir, f"split={self.split}")
             os.makedirs(directory, exist_ok=True)
@@ -127,12 +127,12 @@ def _write_partition(spec, work: str, layout: ChunkLayout, parquet_dir: Optional
                         written.append((writer.chunk, writer.close()))
                     writer = _ChunkWriter(int(chunks[a]), spec, work, layout, parquet_dir)
                 writer.write(batch.slice(a, b - a))
+    except BaseException:
         if writer is not None:
-            written.append((writer.chunk, writer.close()))
-            writer = None
-    finally:
-        if writer is not None:
-            writer.abort()
+            writer.abort()  # nothing of a failed chunk is published
+        raise
+    if writer is not None:
+        written.append((writer.chunk, writer.close()))
     yield pa.RecordBatch.from_pydict({"chunk": pa.array([c for c, _ in written], pa.int32()),
                                       "rows": pa.array([n for _, n in written], pa.int64())})
 

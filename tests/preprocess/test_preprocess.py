@@ -18,6 +18,7 @@ import pytest
 
 from dlrm.data.binary import BatchReader
 from dlrm.data.feature_spec import FeatureSpec
+from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.cli import parse_config
 from preproc_spark3.config import (
     MalformedInputError,
@@ -29,7 +30,6 @@ from preproc_spark3.config import (
 )
 from preproc_spark3.pipeline import run
 from preproc_spark3.session import spark_conf, start_session
-from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.to_binary import _write_partition, part_files
 from tests.support import ROOT
 from tests.support.criteo_raw import MALFORMED_KINDS, write_raw_days
