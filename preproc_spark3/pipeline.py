@@ -24,7 +24,7 @@ from preproc_spark3.chunks import chunk_layout
 from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
 from preproc_spark3.dictionary import build_dictionary, cardinalities
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
-from preproc_spark3.raw_input import find_day_files, read_numbered_lines
+from preproc_spark3.raw_input import find_day_files, number_lines, read_lines
 from preproc_spark3.session import start_session
 from preproc_spark3.to_binary import assemble_splits, write_chunks
 from preproc_spark3.transform import first_half_lines, transform
@@ -86,9 +86,9 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     work = out / "_work"
 
     with _stage("parse", seconds):  # parsed once, kept by Spark (spilling to its local dirs if need be)
-        numbered = read_numbered_lines(spark, day_files)
-        parsed = parse_lines(numbered.frame).persist(StorageLevel.MEMORY_AND_DISK)
-        parsed.count()
+        cached = parse_lines(read_lines(spark, day_files)).persist(StorageLevel.MEMORY_AND_DISK)
+        numbered = number_lines(spark, cached, day_files)  # the first action: parses and caches
+        parsed = numbered.frame
     total_lines = sum(numbered.lines_per_day.values())
     with _stage("quarantine", seconds):
         malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
@@ -98,7 +98,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
         check_malformed_fraction(malformed, config.max_malformed_fraction)
         _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result, work)
     finally:
-        parsed.unpersist()
+        cached.unpersist()
         if not config.keep_work:
             shutil.rmtree(work, ignore_errors=True)
         _write_report(out, config, result)
