@@ -84,6 +84,8 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
 
     seconds: dict[str, float] = {}
     work = out / "_work"
+    # Rows per Arrow batch between the JVM and the Python workers (parse and binary writers).
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.conversion_batch_rows))
 
     with _stage("parse", seconds):  # parsed once, kept by Spark (spilling to its local dirs if need be)
         cached = parse_lines(read_lines(spark, day_files)).persist(StorageLevel.MEMORY_AND_DISK)
@@ -122,7 +124,6 @@ def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: Prepro
     with _stage("transform", seconds):  # ids, numericals, order; each task writes its chunks
         shutil.rmtree(out / "parquet", ignore_errors=True)
         shutil.rmtree(chunks, ignore_errors=True)
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.conversion_batch_rows))
         frame = transform(good, dictionary, result.cardinalities, config, layout)
         chunk_rows = write_chunks(frame, spec, chunks, layout, parquet_dir)
     with _stage("to_binary", seconds):  # each split file = its chunks' files, one task per file

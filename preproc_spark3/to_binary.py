@@ -67,7 +67,7 @@ class _ChunkWriter:
 
         self.chunk = chunk
         self.split, index = layout.split_of(chunk)
-        self.binary = SplitBinaryWriter(chunk_dir(work, chunk), spec, self.split)
+        self.binary = SplitBinaryWriter(chunk_dir(work, chunk), spec, self.split, sync=False)  # synced once assembled
         self.parquet: Any = None  # pyarrow.parquet.ParquetWriter once the first batch arrives
         self.parquet_path: Optional[str] = None
         if parquet_dir is not None:
