@@ -8,7 +8,8 @@ output file is assembled from its chunks by a task of its own.
    `<work>/c<chunk>/<split>/` - and, with --parquet, into `parquet/split=<split>/part-<index>.parquet`.
    The order is checked on the way: (shuffle_key, day, line) never decreases within a chunk.
 2. Every output file (`<split>/label.bin`, `numerical.bin`, `cat_<i>.bin`) is the concatenation of that
-   file of the split's chunks in chunk order: one task per file, copied inside the kernel.
+   file of the split's chunks in chunk order, copied inside the kernel; the files are spread over
+   the task slots.
 """
 from __future__ import annotations
 
@@ -161,7 +162,7 @@ def _concatenate(item: tuple[str, list[str]]) -> None:
 
 
 def assemble_splits(spark, spec, out_dir: str, work: str, layout: ChunkLayout, rows: dict[int, int]) -> dict[str, int]:
-    """Concatenate the chunk files into each split's files (one task per file); rows per split."""
+    """Concatenate the chunk files into each split's files (files spread over the task slots); rows per split."""
     from dlrm.data.feature_spec import FeatureSpec
 
     items = []
@@ -171,5 +172,6 @@ def assemble_splits(spark, spec, out_dir: str, work: str, layout: ChunkLayout, r
                                   os.path.abspath(out_dir)).binary_chunks(split):
             relative = os.path.relpath(binary.path, os.path.abspath(out_dir))
             items.append((binary.path, [os.path.join(chunk_dir(work, c), relative) for c in chunk_ids]))
-    spark.sparkContext.parallelize(items, len(items)).foreach(_concatenate)
+    tasks = max(1, min(len(items), 2 * spark.sparkContext.defaultParallelism))  # a task costs more than a file
+    spark.sparkContext.parallelize(items, tasks).foreach(_concatenate)
     return {split: sum(rows.get(c, 0) for c in layout.chunk_ids(split)) for split in SPLITS}
