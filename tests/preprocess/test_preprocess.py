@@ -258,6 +258,9 @@ def test_cli_defaults_are_the_config_defaults(monkeypatch):
     monkeypatch.setenv("PREPROC_SHUFFLE_PARTITIONS", "48")
     assert parse_config(["raw", "out"]).spark.shuffle_partitions == 48
     assert parse_config(["raw", "out", "--shuffle_partitions", "8"]).spark.shuffle_partitions == 8
+    options = parse_config(["raw", "out", "--parquet", "--rows_per_chunk", "64"])
+    assert options.write_parquet and options.rows_per_chunk == 64
+    assert not PreprocConfig(raw_dir="raw", out_dir="out").write_parquet  # parquet is optional, off by default
 
 
 def test_bad_environment_value_is_a_usage_error():
