@@ -79,7 +79,6 @@ def run(config: PreprocConfig, spark=None) -> PreprocessResult:
 
 
 def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> PreprocessResult:
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     seconds: dict[str, float] = {}
@@ -87,23 +86,24 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     # Rows per Arrow batch between the JVM and the Python workers (parse and binary writers).
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.conversion_batch_rows))
 
-    with _stage("parse", seconds):  # parsed once, kept by Spark (spilling to its local dirs if need be)
-        cached = parse_lines(read_lines(spark, day_files)).persist(StorageLevel.MEMORY_AND_DISK)
-        numbered = number_lines(spark, cached, day_files)  # the first action: parses and caches
-        parsed = numbered.frame
-    total_lines = sum(numbered.lines_per_day.values())
-    with _stage("quarantine", seconds):
-        malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
-    result = PreprocessResult(str(out), numbered.lines_per_day, malformed, stage_seconds=seconds)
-    log.info("%s", malformed.describe())
-    try:  # success or failure (too many malformed lines, ...): drop the intermediate, report how far it got
-        check_malformed_fraction(malformed, config.max_malformed_fraction)
-        _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result, work)
+    try:  # success or failure (too many malformed lines, ...): drop the intermediate
+        with _stage("parse", seconds):  # parsed once: the parse tasks store typed rows under _work/parsed
+            rows, blocks = parse_lines(spark, read_lines(spark, day_files), str((work / "parsed").resolve()))
+            numbered = number_lines(spark, rows, blocks, day_files)
+            parsed = numbered.frame
+        total_lines = sum(numbered.lines_per_day.values())
+        with _stage("quarantine", seconds):
+            malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
+        result = PreprocessResult(str(out), numbered.lines_per_day, malformed, stage_seconds=seconds)
+        log.info("%s", malformed.describe())
+        try:  # report how far it got
+            check_malformed_fraction(malformed, config.max_malformed_fraction)
+            _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result, work)
+        finally:
+            _write_report(out, config, result)
     finally:
-        cached.unpersist()
         if not config.keep_work:
             shutil.rmtree(work, ignore_errors=True)
-        _write_report(out, config, result)
     return result
 
 

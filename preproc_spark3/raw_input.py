@@ -4,13 +4,14 @@ Line numbers are what the quarantine reports, what `--no_shuffle` orders by, and
 day is cut in half. Spark does not number lines itself, so they are derived after the parse (no
 extra pass over the text): every input split ("block") is identified by `_metadata.file_name` +
 `_metadata.file_block_start`, rows inside a block are consecutive in `monotonically_increasing_id()`,
-and one small aggregation over the parsed rows gives each block's line count, hence its first line.
+and the parse tasks report each block's first row id and line count, hence its first line.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from preproc_spark3.config import PreprocessError
 
@@ -58,19 +59,16 @@ def read_lines(spark, day_files: dict[int, Path]):
 
 @dataclass
 class NumberedLines:
-    frame: object  # the input frame plus `line` (1-based, per file), without block_start / row_id
+    frame: Any  # the input frame plus `line` (1-based, per file), without block_start / row_id
     lines_per_day: dict[int, int]
 
 
-def number_lines(spark, rows, day_files: dict[int, Path]) -> NumberedLines:
-    """Line numbers for `rows` (one row per raw line, with file, block_start, row_id): one small
-    aggregation gives each block's line count, hence each block's first line number."""
+def number_lines(spark, rows, blocks, day_files: dict[int, Path]) -> NumberedLines:
+    """Line numbers for `rows` (one row per raw line, with file, block_start, row_id), from each input
+    block's first row_id and line count (`blocks`), hence each block's first line number."""
     from pyspark.sql import functions as F
 
     day_of_name = {path.name: day for day, path in day_files.items()}
-    blocks = (rows.groupBy("file", "block_start")
-              .agg(F.min("row_id").alias("first_row_id"), F.count(F.lit(1)).alias("lines"))
-              .collect())
     block_rows = []
     lines_per_day = {day: 0 for day in day_files}
     for file_name in sorted({b["file"] for b in blocks}):

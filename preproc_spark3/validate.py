@@ -12,6 +12,7 @@ field-by-field check (`line_problem`) that names their first problem.
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterator, Optional
 
@@ -109,7 +110,8 @@ def parse_batch(batch):
     for i, problem in problems.items():
         if problem is None:  # the whole-line pattern and the field checks disagree: a bug, not bad data
             raise AssertionError(f"line {lines[i].as_py()!r} fails {LINE_PATTERN!r} but no field check")
-    reasons, kinds = [None] * n, [None] * n
+    reasons: list[Optional[str]] = [None] * n
+    kinds: list[Optional[str]] = [None] * n
     for i, (kind, reason) in ((i, p) for i, p in problems.items() if p is not None):
         reasons[i], kinds[i] = reason, kind
     out["reason"] = pa.array(reasons, pa.string())
@@ -123,12 +125,55 @@ def parse_batch(batch):
     return pa.RecordBatch.from_pydict(out)
 
 
-def _parse_batches(batches) -> Iterator:
-    for batch in batches:
-        yield parse_batch(batch)
+BLOCKS_SCHEMA = "file string, block_start long, first_row_id long, lines long, path string"
 
 
-def parse_lines(lines):
-    """DataFrame[value + PROVENANCE_SCHEMA] -> DataFrame[PARSED_SCHEMA]: typed columns, `reason`/`kind`
-    (null when well formed) and the raw `value` (kept only for malformed lines)."""
-    return lines.mapInArrow(_parse_batches, PARSED_SCHEMA)
+def _parse_and_store(directory: str, batches) -> Iterator:
+    """mapInArrow body: parse the task's lines into one parquet file (PARSED_SCHEMA); yield, per input
+    block, its first row_id and line count, with the file's path (only files of successful attempts
+    are ever listed, so a retried task leaves no duplicate rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "runs inside a Spark task"
+    path = os.path.join(directory, f"part-{context.partitionId():05d}-{context.attemptNumber()}.parquet")
+    blocks: dict[tuple[str, int], list[int]] = {}
+    writer = None
+    try:
+        for batch in batches:
+            parsed = parse_batch(batch)
+            if writer is None:
+                writer = pq.ParquetWriter(path, parsed.schema, compression="snappy")
+            writer.write_batch(parsed)
+            stats = pa.table({"file": batch.column("file"), "block_start": batch.column("block_start"),
+                              "row_id": batch.column("row_id")}).group_by(["file", "block_start"]).aggregate(
+                [("row_id", "min"), ("row_id", "count")])
+            for file, start, first, lines in zip(*(stats.column(c).to_pylist() for c in
+                                                   ("file", "block_start", "row_id_min", "row_id_count"))):
+                known = blocks.setdefault((file, start), [first, 0])
+                known[0], known[1] = min(known[0], first), known[1] + lines
+    finally:
+        if writer is not None:
+            writer.close()
+    keys = sorted(blocks)
+    yield pa.RecordBatch.from_pydict({
+        "file": pa.array([k[0] for k in keys], pa.string()), "block_start": pa.array([k[1] for k in keys], pa.int64()),
+        "first_row_id": pa.array([blocks[k][0] for k in keys], pa.int64()),
+        "lines": pa.array([blocks[k][1] for k in keys], pa.int64()),
+        "path": pa.array([path] * len(keys), pa.string())})
+
+
+def parse_lines(spark, lines, directory: str):
+    """DataFrame[value + PROVENANCE_SCHEMA] -> (DataFrame[PARSED_SCHEMA], blocks): typed columns,
+    `reason`/`kind` (null when well formed) and the raw `value` (kept only for malformed lines), stored
+    once under `directory` by the parse tasks; blocks: (file, block_start, first_row_id, lines) rows."""
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)  # no stale parts of an earlier run
+    os.makedirs(directory)
+    blocks = lines.mapInArrow(lambda batches: _parse_and_store(directory, batches), BLOCKS_SCHEMA).collect()
+    paths = sorted({b["path"] for b in blocks})
+    frame = spark.read.schema(PARSED_SCHEMA).parquet(*paths) if paths else spark.createDataFrame([], PARSED_SCHEMA)
+    return frame, blocks
