@@ -158,7 +158,7 @@ def measure_pipelines(a: argparse.Namespace, raw: Path, work: Path) -> dict[str,
     def progress(round_index: int, windows: dict) -> None:
         for name, done in windows.items():
             if done:
-                print(f"run {round_index} {name}: {done[-1].value}", flush=True)
+                print(f"round {round_index} {name}: {done[-1].value}", flush=True)
 
     with_one_core = alternate_windows(runs, min(a.one_core_rounds, a.repeats), after_round=progress)
     two = {k: v for k, v in runs.items() if k != "spark_local1"}
@@ -227,8 +227,9 @@ def _table(r: dict, facts: dict) -> list[str]:
               f"{r['spark_rows_per_second_per_core_excluding_jvm_start']:,.0f} rows/s per core "
               f"(stage medians: {stages}).", "",
               (f"Stage time local[1] / local[{r['spark_master'][6:-1]}]: {scaling:.2f}x." if scaling else ""), "",
-              "Linear extrapolation of the Spark stages to 4.37B rows (assumes per-core throughput holds; the "
-              "global sort and the large-dictionary joins scale worse, so read these as lower bounds):", "",
+              "Linear extrapolation of the Spark stages to 4.37B rows at the local[N] rate per core (assumes "
+              "per-core throughput holds; the chunking shuffle and the large-dictionary joins spill at that size, "
+              "so read these as lower bounds):", "",
               "| cores | hours |", "|---|---|"]
     return lines + [f"| {n} | {h} |" for n, h in r["extrapolated_hours_4_37B_rows_by_cores"].items()]
 

@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target rows per output chunk: each chunk is written by one task, in parallel")
     p.add_argument("--parquet", action="store_true",
                    help="also write the transformed rows as parquet (<out_dir>/parquet/split=<name>/)")
-    p.add_argument("--keep_work", action="store_true", help="keep the per-chunk files in <out_dir>/_work")
+    p.add_argument("--keep_work", action="store_true",
+                   help="keep the parsed rows and per-chunk files in <out_dir>/_work")
 
     s = p.add_argument_group("Spark (flags override the PREPROC_* environment variables)")
     s.add_argument("--master", default=_env("PREPROC_SPARK_MASTER", _SPARK_DEFAULTS.master),

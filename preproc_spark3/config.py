@@ -69,7 +69,7 @@ class PreprocConfig:
     conversion_batch_rows: int = 65_536  # rows per Arrow batch handed to the binary writers (bounds their memory)
     rows_per_chunk: int = 524_288  # target rows per output chunk (one executor writes one chunk)
     write_parquet: bool = False  # also write the transformed rows as parquet under <out_dir>/parquet
-    keep_work: bool = False  # keep the per-chunk files under <out_dir>/_work
+    keep_work: bool = False  # keep the parsed rows and per-chunk files under <out_dir>/_work
     spark: SparkSettings = field(default_factory=SparkSettings)
 
     @property
