@@ -90,7 +90,8 @@ def compare_outputs(spark_dir: Path, base_dir: Path) -> dict:
     a, b = FeatureSpec.load(str(spark_dir)), FeatureSpec.load(str(base_dir))
     same_files = all((spark_dir / split / f).read_bytes() == (base_dir / split / f).read_bytes()
                      for split in ("test", "validation") for f in os.listdir(spark_dir / split))
-    return {"cardinalities_equal": a.cardinalities == b.cardinalities,
+    same_train = sorted(os.listdir(spark_dir / "train")) == sorted(os.listdir(base_dir / "train"))
+    return {"cardinalities_equal": a.cardinalities == b.cardinalities, "same_train_files": same_train,
             "rows_equal": a.metadata["num_rows"] == b.metadata["num_rows"],
             "eval_splits_byte_identical": same_files, "rows": a.metadata["num_rows"]}
 
@@ -101,6 +102,8 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2, help="alternating runs of each")
     p.add_argument("--threshold", type=int, default=3)
     p.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    p.add_argument("--one_core_rounds", type=int, default=1,
+                   help="rounds that also run Spark local[1] (the observed scaling local[1] -> local[N])")
     p.add_argument("--driver_memory", default="6g")
     p.add_argument("--workdir", default="/tmp/dlrm_preprocess_bench")
     p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
@@ -119,39 +122,49 @@ def raw_days(work: Path, rows: int) -> Path:
     return raw
 
 
+def spark_command(a: argparse.Namespace, raw: Path, out: Path, cores: int) -> list[str]:
+    return [sys.executable, "-m", "preproc_spark3", str(raw), str(out),
+            "--frequency_threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2",
+            "--master", f"local[{cores}]", "--driver_memory", a.driver_memory,
+            "--shuffle_partitions", str(8 * a.cores), "--max_malformed_fraction", "0.01"]
+
+
 def commands(a: argparse.Namespace, raw: Path, work: Path) -> dict[str, list[str]]:
-    """Pipeline name -> its command line, writing to work/out_spark and work/out_base."""
-    spark = [sys.executable, "-m", "preproc_spark3", str(raw), str(work / "out_spark"),
-             "--frequency_threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2",
-             "--master", f"local[{a.cores}]", "--driver_memory", a.driver_memory,
-             "--shuffle_partitions", str(8 * a.cores), "--max_malformed_fraction", "0.01"]
+    """Pipeline name -> its command line, writing to work/out_<name>."""
     baseline = [sys.executable, str(ROOT / "benchmarks" / "preprocess_baseline.py"), str(raw),
-                str(work / "out_base"), "--threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2"]
-    return {"spark": spark, "baseline": baseline}
+                str(work / "out_baseline"), "--threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2"]
+    return {"spark": spark_command(a, raw, work / "out_spark", a.cores), "baseline": baseline,
+            "spark_local1": spark_command(a, raw, work / "out_spark_local1", 1)}
 
 
 def run_pipeline(name: str, cmd: list[str], work: Path, timeout: float) -> dict:
     """One run from an empty output directory: seconds, peak RSS, and Spark's own stage times."""
-    shutil.rmtree(work / f"out_{'spark' if name == 'spark' else 'base'}", ignore_errors=True)
+    out = work / f"out_{name}"
+    shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # start_session sets PYSPARK_PYTHON and SPARK_LOCAL_IP
     m = measure(cmd, env, timeout)
     entry = {"seconds": round(m["seconds"], 2), "peak_rss_gib": round(m["peak_rss_bytes"] / 2**30, 3)}
-    if name == "spark":
-        report = json.loads((work / "out_spark" / "preprocess_report.json").read_text())
+    if name.startswith("spark"):
+        report = json.loads((out / "preprocess_report.json").read_text())
         entry["stage_seconds"] = report["stage_seconds"]
     return entry
 
 
 def measure_pipelines(a: argparse.Namespace, raw: Path, work: Path) -> dict[str, list[dict]]:
-    """Spark and the baseline in alternation, `a.repeats` runs each; name -> run entries."""
+    """Spark and the baseline in alternation, `a.repeats` runs each (Spark local[1] in the first
+    `a.one_core_rounds` rounds too); name -> run entries."""
     runs = {name: partial(run_pipeline, name, cmd, work, a.timeout) for name, cmd in commands(a, raw, work).items()}
 
     def progress(round_index: int, windows: dict) -> None:
         for name, done in windows.items():
-            print(f"run {round_index} {name}: {done[-1].value}", flush=True)
+            if done:
+                print(f"round {round_index} {name}: {done[-1].value}", flush=True)
 
-    windows = alternate_windows(runs, a.repeats, after_round=progress)
-    return {name: [w.value for w in done] for name, done in windows.items()}
+    with_one_core = alternate_windows(runs, min(a.one_core_rounds, a.repeats), after_round=progress)
+    two = {k: v for k, v in runs.items() if k != "spark_local1"}
+    rest = alternate_windows(two, a.repeats - min(a.one_core_rounds, a.repeats), after_round=progress)
+    return {name: [w.value for w in with_one_core[name] + rest.get(name, [])] for name in runs
+            if with_one_core[name] or rest.get(name)}
 
 
 def summarise(a: argparse.Namespace, argv: Optional[list[str]], raw_bytes: int, runs: dict[str, list[dict]],
@@ -159,8 +172,14 @@ def summarise(a: argparse.Namespace, argv: Optional[list[str]], raw_bytes: int, 
     """The JSON report: medians, speeds, peak memory, and the extrapolation to the full dataset."""
     med = {k: statistics.median(e["seconds"] for e in v) for k, v in runs.items()}
     med_stages = statistics.median(sum(e["stage_seconds"].values()) for e in runs["spark"])
+    stage_medians = {stage: statistics.median(e["stage_seconds"][stage] for e in runs["spark"])
+                     for stage in runs["spark"][0]["stage_seconds"]}
     rate = {k: a.rows / s for k, s in med.items()}
     per_core = a.rows / med_stages / a.cores  # JVM start excluded: it does not grow with the data
+    scaling = None
+    if "spark_local1" in runs:
+        one = statistics.median(sum(e["stage_seconds"].values()) for e in runs["spark_local1"])
+        scaling = one / med_stages  # stage time on 1 core / on N cores (N would be perfect)
     return {
         "date": utc_now(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": cpu_model()},
@@ -168,7 +187,9 @@ def summarise(a: argparse.Namespace, argv: Optional[list[str]], raw_bytes: int, 
         "rows": a.rows, "raw_bytes": raw_bytes, "threshold": a.threshold, "spark_master": f"local[{a.cores}]",
         "runs": runs, "median_seconds": med, "rows_per_second": rate,
         "spark_over_baseline_speed": rate["spark"] / rate["baseline"],
-        "spark_stage_seconds_median": med_stages, "spark_rows_per_second_per_core_excluding_jvm_start": per_core,
+        "spark_stage_seconds_median": med_stages, "spark_stage_seconds_medians_by_stage": stage_medians,
+        "spark_rows_per_second_per_core_excluding_jvm_start": per_core,
+        "spark_speedup_local1_to_localN_stages": scaling, "cpu_flags": machine_facts()["flags"],
         "peak_rss_gib": {k: max(e["peak_rss_gib"] for e in v) for k, v in runs.items()}, "outputs_agree": check,
         "extrapolated_hours_4_37B_rows_by_cores": {str(n): round(CRITEO_ROWS / (per_core * n) / 3600, 2)
                                                    for n in (2, 16, 64, 128, 512)},
@@ -181,7 +202,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     raw = raw_days(work, a.rows)
     raw_bytes = sum(f.stat().st_size for f in raw.iterdir())
     runs = measure_pipelines(a, raw, work)
-    result = summarise(a, argv, raw_bytes, runs, compare_outputs(work / "out_spark", work / "out_base"))
+    result = summarise(a, argv, raw_bytes, runs, compare_outputs(work / "out_spark", work / "out_baseline"))
     write_json(str(Path(a.results) / "preprocess.json"), result, indent=2)
     write_table(str(Path(a.results) / "preprocess.md"), _table(result, machine_facts()))
 
@@ -193,14 +214,22 @@ def _table(r: dict, facts: dict) -> list[str]:
              f"{all(v for k, v in r['outputs_agree'].items() if k != 'rows')}", "",
              "| pipeline | median s | rows/s | peak RSS (process tree) |", "|---|---|---|---|"]
     for name, label in (("spark", f"Spark {r['spark_master']} (full job incl. JVM start)"),
-                        ("baseline", "pyarrow/numpy, 1 process, in memory")):
+                        ("baseline", "pyarrow/numpy, 1 process, in memory"),
+                        ("spark_local1", "Spark local[1] (full job incl. JVM start)")):
+        if name not in r["median_seconds"]:
+            continue
         lines.append(f"| {label} | {r['median_seconds'][name]:.1f} | {r['rows_per_second'][name]:,.0f} | "
                      f"{r['peak_rss_gib'][name]:.2f} GiB |")
+    stages = ", ".join(f"{k} {v:.1f} s" for k, v in r["spark_stage_seconds_medians_by_stage"].items())
+    scaling = r["spark_speedup_local1_to_localN_stages"]
     lines += ["", f"Spark / baseline speed: **{r['spark_over_baseline_speed']:.2f}x**. Spark stages alone "
               f"(no JVM start): {r['spark_stage_seconds_median']:.1f} s = "
-              f"{r['spark_rows_per_second_per_core_excluding_jvm_start']:,.0f} rows/s per core.", "",
-              "Linear extrapolation of the Spark stages to 4.37B rows (assumes per-core throughput holds; the "
-              "global sort and the large-dictionary joins scale worse, so read these as lower bounds):", "",
+              f"{r['spark_rows_per_second_per_core_excluding_jvm_start']:,.0f} rows/s per core "
+              f"(stage medians: {stages}).", "",
+              (f"Stage time local[1] / local[{r['spark_master'][6:-1]}]: {scaling:.2f}x." if scaling else ""), "",
+              "Linear extrapolation of the Spark stages to 4.37B rows at the local[N] rate per core (assumes "
+              "per-core throughput holds; the chunking shuffle and the large-dictionary joins spill at that size, "
+              "so read these as lower bounds):", "",
               "| cores | hours |", "|---|---|"]
     return lines + [f"| {n} | {h} |" for n, h in r["extrapolated_hours_4_37B_rows_by_cores"].items()]
 

@@ -52,8 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dictionaries up to this many values are broadcast to the joins")
     p.add_argument("--conversion_batch_rows", type=argtypes.positive_int,
                    default=_PREPROC_DEFAULTS.conversion_batch_rows,
-                   help="rows per chunk of the parquet -> binary conversion (bounds its memory)")
-    p.add_argument("--keep_work", action="store_true", help="keep the parsed-input parquet in <out_dir>/_work")
+                   help="rows per Arrow batch handed to the split-binary writers (bounds their memory)")
+    p.add_argument("--rows_per_chunk", type=argtypes.positive_int, default=_PREPROC_DEFAULTS.rows_per_chunk,
+                   help="target rows per output chunk: each chunk is written by one task, in parallel")
+    p.add_argument("--parquet", action="store_true",
+                   help="also write the transformed rows as parquet (<out_dir>/parquet/split=<name>/)")
+    p.add_argument("--keep_work", action="store_true",
+                   help="keep the parsed rows and per-chunk files in <out_dir>/_work")
 
     s = p.add_argument_group("Spark (flags override the PREPROC_* environment variables)")
     s.add_argument("--master", default=_env("PREPROC_SPARK_MASTER", _SPARK_DEFAULTS.master),
@@ -105,7 +110,8 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
                            dictionary_from_all_days=a.dictionary_from_all_days, log_offset=a.log_offset,
                            shuffle=not a.no_shuffle, seed=a.seed, max_malformed_fraction=a.max_malformed_fraction,
                            broadcast_max_rows=a.broadcast_max_rows, conversion_batch_rows=a.conversion_batch_rows,
-                           keep_work=a.keep_work, spark=spark)
+                           rows_per_chunk=a.rows_per_chunk, write_parquet=a.parquet, keep_work=a.keep_work,
+                           spark=spark)
     config.validate()
     return config
 

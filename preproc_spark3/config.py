@@ -66,8 +66,10 @@ class PreprocConfig:
     seed: int = 12345
     max_malformed_fraction: float = 1e-4
     broadcast_max_rows: int = 1_000_000  # dictionaries up to this size are broadcast to the joins
-    conversion_batch_rows: int = 262_144  # parquet -> binary chunk size (bounds conversion memory)
-    keep_work: bool = False  # keep the parsed-input parquet under <out_dir>/_work
+    conversion_batch_rows: int = 65_536  # rows per Arrow batch handed to the binary writers (bounds their memory)
+    rows_per_chunk: int = 524_288  # target rows per output chunk (one executor writes one chunk)
+    write_parquet: bool = False  # also write the transformed rows as parquet under <out_dir>/parquet
+    keep_work: bool = False  # keep the parsed rows and per-chunk files under <out_dir>/_work
     spark: SparkSettings = field(default_factory=SparkSettings)
 
     @property
@@ -88,6 +90,9 @@ class PreprocConfig:
             raise PreprocessError(f"evaluation day {self.eval_day} is also a training day")
         if not 0.0 <= self.max_malformed_fraction <= 1.0:
             raise PreprocessError(f"max_malformed_fraction must be in [0, 1], got {self.max_malformed_fraction}")
+        if self.rows_per_chunk < 1 or self.conversion_batch_rows < 1:
+            raise PreprocessError(f"rows_per_chunk and conversion_batch_rows must be >= 1, got "
+                                  f"{self.rows_per_chunk}, {self.conversion_batch_rows}")
         if self.log_offset <= 0:
             raise PreprocessError(f"log_offset must be > 0, got {self.log_offset}")
         check_gpu_settings(self.spark)

@@ -3,7 +3,7 @@
 Output directory:
   feature_spec.yaml            written last (atomically): its presence means the dataset is complete
   train/ test/ validation/     split-binary files (label.bin, numerical.bin, cat_<i>.bin)
-  parquet/split=<name>/        the transformed rows (kept; the binary files are made from them)
+  parquet/split=<name>/        with --parquet: the transformed rows, part-<n>.parquet in row order
   dictionary/                  value -> id per feature: (feature, value, count, id), C1 is feature 0
   quarantine.jsonl             malformed lines with source file and line number
   preprocess_report.json       settings, line counts, malformed summary, cardinalities, rows, stage times
@@ -20,13 +20,14 @@ from pathlib import Path
 
 from dlrm.atomic import write_text_atomically
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
+from preproc_spark3.chunks import chunk_layout
 from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
 from preproc_spark3.dictionary import build_dictionary, cardinalities
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
-from preproc_spark3.raw_input import find_day_files, read_numbered_lines
+from preproc_spark3.raw_input import find_day_files, number_lines, read_lines
 from preproc_spark3.session import start_session
-from preproc_spark3.to_binary import convert_split
-from preproc_spark3.transform import first_half_lines, transform, write_parquet
+from preproc_spark3.to_binary import assemble_splits, write_chunks
+from preproc_spark3.transform import first_half_lines, transform
 from preproc_spark3.validate import parse_lines
 
 log = logging.getLogger("preproc_spark3")
@@ -82,29 +83,32 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
 
     seconds: dict[str, float] = {}
     work = out / "_work"
-    parsed_path = str(work / "parsed")
+    # Rows per Arrow batch between the JVM and the Python workers (parse and binary writers).
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.conversion_batch_rows))
 
-    with _stage("parse", seconds):
-        numbered = read_numbered_lines(spark, day_files)
-        parse_lines(numbered.frame).write.mode("overwrite").partitionBy("day").parquet(parsed_path)
-        parsed = spark.read.parquet(parsed_path)
-    total_lines = sum(numbered.lines_per_day.values())
-    with _stage("quarantine", seconds):
-        malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
-    result = PreprocessResult(str(out), numbered.lines_per_day, malformed, stage_seconds=seconds)
-    log.info("%s", malformed.describe())
-    try:  # success or failure (too many malformed lines, ...): drop the intermediate, report how far it got
-        check_malformed_fraction(malformed, config.max_malformed_fraction)
-        _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result)
+    try:  # success or failure (too many malformed lines, ...): drop the intermediate
+        with _stage("parse", seconds):  # parsed once: the parse tasks store typed rows under _work/parsed
+            rows, blocks = parse_lines(spark, read_lines(spark, day_files), str((work / "parsed").resolve()))
+            numbered = number_lines(spark, rows, blocks, day_files)
+            parsed = numbered.frame
+        total_lines = sum(numbered.lines_per_day.values())
+        with _stage("quarantine", seconds):
+            malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
+        result = PreprocessResult(str(out), numbered.lines_per_day, malformed, stage_seconds=seconds)
+        log.info("%s", malformed.describe())
+        try:  # report how far it got
+            check_malformed_fraction(malformed, config.max_malformed_fraction)
+            _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result, work)
+        finally:
+            _write_report(out, config, result)
     finally:
         if not config.keep_work:
             shutil.rmtree(work, ignore_errors=True)
-        _write_report(out, config, result)
     return result
 
 
-def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: PreprocessResult) -> None:
-    """Well-formed parsed rows -> dictionary, parquet, split-binary files and (last) feature_spec.yaml."""
+def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: PreprocessResult, work: Path) -> None:
+    """Well-formed parsed rows -> dictionary, split-binary files (+ parquet) and (last) feature_spec.yaml."""
     from pyspark.sql import functions as F
 
     seconds = result.stage_seconds
@@ -113,14 +117,17 @@ def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: Prepro
         build_dictionary(vocabulary_rows, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
         dictionary = spark.read.parquet(str(out / "dictionary"))
         result.cardinalities = cardinalities(dictionary)
-    with _stage("transform", seconds):
-        frame = transform(good, dictionary, result.cardinalities, config, result.lines_per_day[config.eval_day])
-        write_parquet(frame, str(out / "parquet"))
-    with _stage("to_binary", seconds):
-        spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
-        for split in SPLITS:
-            result.rows[split] = convert_split(out / "parquet" / f"split={split}", str(out), spec, split,
-                                               config.conversion_batch_rows)
+    spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
+    layout = chunk_layout(config, result.lines_per_day)
+    chunks = str((work / "chunks").resolve())
+    parquet_dir = str((out / "parquet").resolve()) if config.write_parquet else None
+    with _stage("transform", seconds):  # ids, numericals, order; each task writes its chunks
+        shutil.rmtree(out / "parquet", ignore_errors=True)
+        shutil.rmtree(chunks, ignore_errors=True)
+        frame = transform(good, dictionary, result.cardinalities, config, layout)
+        chunk_rows = write_chunks(frame, spec, chunks, layout, parquet_dir)
+    with _stage("to_binary", seconds):  # each split file = its chunks' files, one task per file
+        result.rows = assemble_splits(spark, spec, str(out), chunks, layout, chunk_rows)
         malformed = result.malformed
         accounted = sum(result.rows.values()) + malformed.malformed_lines
         if accounted != malformed.total_lines:  # every raw line is a dataset row or a quarantined line

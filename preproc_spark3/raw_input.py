@@ -1,16 +1,17 @@
-"""Find the raw day files and read them as text lines numbered by (day, line) in file order.
+"""Find the raw day files, read them as text lines and number the lines by (day, line) in file order.
 
 Line numbers are what the quarantine reports, what `--no_shuffle` orders by, and how the evaluation
-day is cut in half. Spark does not number lines itself, so they are derived without Python UDFs:
-every input split ("block") is identified by `_metadata.file_name` + `_metadata.file_block_start`,
-rows inside a block are consecutive in `monotonically_increasing_id()`, and one small aggregation
-gives each block's line count, hence each block's first line number.
+day is cut in half. Spark does not number lines itself, so they are derived after the parse (no
+extra pass over the text): every input split ("block") is identified by `_metadata.file_name` +
+`_metadata.file_block_start`, rows inside a block are consecutive in `monotonically_increasing_id()`,
+and the parse tasks report each block's first row id and line count, hence its first line.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from preproc_spark3.config import PreprocessError
 
@@ -40,26 +41,34 @@ def find_day_files(raw_dir: str, days: tuple[int, ...]) -> dict[int, Path]:
     return files
 
 
-@dataclass
-class NumberedLines:
-    frame: object  # DataFrame[day int, file string, line long, value string]
-    lines_per_day: dict[int, int]
+def read_lines(spark, day_files: dict[int, Path]):
+    """DataFrame[value, day, file, block_start, row_id]: every raw line with where it came from.
 
-
-def read_numbered_lines(spark, day_files: dict[int, Path]) -> NumberedLines:
+    Rows of one input block ("split", identified by file + block_start) are consecutive in row_id
+    (`monotonically_increasing_id`), in file order: `number_lines` turns that into line numbers.
+    """
     from pyspark.sql import functions as F
 
-    day_of_name = {path.name: day for day, path in day_files.items()}
-    text = (spark.read.text([str(p) for p in day_files.values()])
-            .select("value",
+    day_of_name = F.create_map(*[F.lit(x) for day, path in sorted(day_files.items()) for x in (path.name, day)])
+    return (spark.read.text([str(p) for p in day_files.values()])
+            .select("value", F.element_at(day_of_name, F.col("_metadata.file_name")).alias("day"),
                     F.col("_metadata.file_name").alias("file"),
                     F.col("_metadata.file_block_start").alias("block_start"),
                     F.monotonically_increasing_id().alias("row_id")))
 
-    # One row per input block: where its rows start in row_id, how many lines it has.
-    blocks = (text.groupBy("file", "block_start")
-              .agg(F.min("row_id").alias("first_row_id"), F.count(F.lit(1)).alias("lines"))
-              .collect())
+
+@dataclass
+class NumberedLines:
+    frame: Any  # the input frame plus `line` (1-based, per file), without block_start / row_id
+    lines_per_day: dict[int, int]
+
+
+def number_lines(spark, rows, blocks, day_files: dict[int, Path]) -> NumberedLines:
+    """Line numbers for `rows` (one row per raw line, with file, block_start, row_id), from each input
+    block's first row_id and line count (`blocks`), hence each block's first line number."""
+    from pyspark.sql import functions as F
+
+    day_of_name = {path.name: day for day, path in day_files.items()}
     block_rows = []
     lines_per_day = {day: 0 for day in day_files}
     for file_name in sorted({b["file"] for b in blocks}):
@@ -74,10 +83,7 @@ def read_numbered_lines(spark, day_files: dict[int, Path]) -> NumberedLines:
 
     offsets = spark.createDataFrame(
         block_rows, "file string, block_start long, first_row_id long, first_line long")
-    days = spark.createDataFrame(sorted(day_of_name.items()), "file string, day int")
-    numbered = (text.join(F.broadcast(offsets), ["file", "block_start"])
-                .join(F.broadcast(days), "file")
-                .select("day", "file",
-                        (F.col("first_line") + F.col("row_id") - F.col("first_row_id")).alias("line"),
-                        "value"))
+    line = (F.col("first_line") + F.col("row_id") - F.col("first_row_id")).alias("line")
+    numbered = (rows.join(F.broadcast(offsets), ["file", "block_start"])
+                .select(*[c for c in rows.columns if c not in ("block_start", "row_id")], line))
     return NumberedLines(numbered, lines_per_day)

@@ -8,6 +8,7 @@ from pathlib import Path
 from preproc_spark3.config import SparkSettings, rapids_jar
 
 DEFAULT_DISCOVERY_SCRIPT = Path(__file__).with_name("get_gpus_resources.sh")
+PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def spark_conf(settings: SparkSettings) -> dict[str, str]:
@@ -55,6 +56,10 @@ def start_session(settings: SparkSettings):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # The writer tasks run this package's code in Spark's Python workers, which inherit this path.
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if PROJECT_ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([PROJECT_ROOT, *filter(None, paths)])
     if settings.master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName("dlrm-preprocess")

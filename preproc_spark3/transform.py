@@ -1,9 +1,8 @@
-"""Apply the dictionaries and the numerical transform, assign splits, order rows, write parquet.
+"""Apply the dictionaries and the numerical transform, assign splits, order keys and output chunks.
 
-Output: `<out_dir>/parquet/split=<train|test|validation>/part-NNNNN-*.parquet`, rows globally ordered
-by (split, shuffle_key, day, line): part files in part-number order, rows in file order. Columns:
-label float32, I1..I13 float32, C1..C26 int32, plus the provenance/order columns shuffle_key, day, line
-(the conversion checks the order with them).
+Output columns: chunk (see preproc_spark3.chunks), shuffle_key, day, line (the order and provenance
+columns), label float32, I1..I13 float32, C1..C26 int32. Rows are not sorted here: the writer
+(preproc_spark3.to_binary) sorts each chunk by (shuffle_key, day, line) on its own.
 
 - Numericals: missing or negative -> 0, then log(x + log_offset), as float32.
 - Splits: training days -> train; the evaluation day is cut by line count: lines 1..ceil(N/2) ->
@@ -11,20 +10,20 @@ label float32, I1..I13 float32, C1..C26 int32, plus the provenance/order columns
 - Order: train is shuffled by shuffle_key = xxhash64(seed, day, line), ties broken by (day, line): a
   permutation fixed by the seed alone, whatever the partitioning. With --no_shuffle and for test /
   validation the key is 0, so rows keep their input order (day, line).
+- Ids: every dictionary up to --broadcast_max_rows values travels in one broadcast table keyed by
+  feature << 32 | value, and all those features are looked up in one pass; larger dictionaries are
+  joined by a shuffle join each.
 """
 from __future__ import annotations
 
+from preproc_spark3.chunks import ChunkLayout, chunk_column, first_half_lines
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, TEST, TRAIN, VALIDATION, PreprocConfig
 
 ORDER_COLUMNS = ("shuffle_key", "day", "line")
+__all__ = ["ORDER_COLUMNS", "first_half_lines", "transform"]
 
 
-def first_half_lines(eval_day_lines: int) -> int:
-    """Lines of the evaluation day that go to `test` (its first half; the larger one when N is odd)."""
-    return (eval_day_lines + 1) // 2
-
-
-def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig, eval_day_lines: int):
+def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig, layout: ChunkLayout):
     """rows: well-formed parsed rows of all days; dictionary: DataFrame[feature, value, count, id]."""
     from pyspark.sql import functions as F
 
@@ -45,7 +44,7 @@ def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig,
                                for c in columns])
 
     split = (F.when(F.col("day") != config.eval_day, F.lit(TRAIN))
-             .when(F.col("line") <= first_half_lines(eval_day_lines), F.lit(TEST))
+             .when(F.col("line") <= layout.test_lines, F.lit(TEST))
              .otherwise(F.lit(VALIDATION)))
     if config.shuffle:
         shuffle_key = F.when(split == TRAIN, F.xxhash64(F.lit(config.seed), "day", "line")).otherwise(F.lit(0))
@@ -53,9 +52,10 @@ def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig,
         shuffle_key = F.lit(0).cast("long")
     numericals = [F.log(F.greatest(F.coalesce(F.col(c), F.lit(0)), F.lit(0)).cast("double") + float(config.log_offset))
                   .cast("float").alias(c) for c in NUMERICAL_COLUMNS]
-    return (frame.select(split.alias("split"), shuffle_key.alias("shuffle_key"), "day", "line",
+    keyed = frame.select(split.alias("split"), shuffle_key.alias("shuffle_key"), "day", "line",
                          F.col(LABEL).cast("float").alias(LABEL), *numericals, *CATEGORICAL_COLUMNS)
-            .orderBy("split", *ORDER_COLUMNS))
+    return keyed.select(chunk_column(layout, config, F.col("split"), F.col("shuffle_key")).alias("chunk"),
+                        *ORDER_COLUMNS, LABEL, *NUMERICAL_COLUMNS, *CATEGORICAL_COLUMNS)
 
 
 def _packed_key(feature, value):
@@ -63,7 +63,3 @@ def _packed_key(feature, value):
     from pyspark.sql import functions as F
 
     return F.shiftleft(feature.cast("long"), 32) + value
-
-
-def write_parquet(frame, path: str) -> None:
-    frame.write.mode("overwrite").partitionBy("split").parquet(path)

@@ -56,7 +56,9 @@ class SplitBinaryWriter:
     file, feature and row (row = index within the mapping, counting earlier chunks).
     """
 
-    def __init__(self, out_dir: str, spec: FeatureSpec, mapping: str):
+    def __init__(self, out_dir: str, spec: FeatureSpec, mapping: str, sync: bool = True):
+        """`sync=False` skips the fsync on close: for intermediate files that are copied and synced later."""
+        self.sync = sync
         self.spec = _spec_at(spec, os.path.abspath(out_dir))
         self.spec.validate(check_files=False, mappings=[mapping])
         self.mapping = mapping
@@ -96,10 +98,11 @@ class SplitBinaryWriter:
         self.rows_written += n
 
     def close(self) -> int:
-        """Flush, fsync and rename the files into place; returns the number of rows written."""
+        """Flush, fsync (unless `sync=False`) and rename the files into place; returns the rows written."""
         for path, f in self._files.items():
             f.flush()
-            os.fsync(f.fileno())
+            if self.sync:
+                os.fsync(f.fileno())
             f.close()
             os.replace(path + ".partial", path)
         self._files = {}

@@ -18,6 +18,7 @@ import pytest
 
 from dlrm.data.binary import BatchReader
 from dlrm.data.feature_spec import FeatureSpec
+from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.cli import parse_config
 from preproc_spark3.config import (
     MalformedInputError,
@@ -29,7 +30,7 @@ from preproc_spark3.config import (
 )
 from preproc_spark3.pipeline import run
 from preproc_spark3.session import spark_conf, start_session
-from preproc_spark3.to_binary import convert_split, part_files
+from preproc_spark3.to_binary import _write_partition, part_files
 from tests.support import ROOT
 from tests.support.criteo_raw import MALFORMED_KINDS, write_raw_days
 from tests.support.reference_preprocess import reference_preprocess
@@ -45,7 +46,8 @@ MAX_FRACTION = 0.05
 QUICK_JVM = ("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
 
 SCENARIOS = {
-    "T0": dict(threshold="0"),
+    # Several output chunks per split (written by different tasks, concatenated in order).
+    "T0": dict(threshold="0", rows_per_chunk=64),
     "T2": dict(threshold="2"),
     # T=5 plus the other options: per-feature overrides, log(x+3), vocabulary over all days.
     "T5_overrides_log3_alldays": dict(threshold="5,C2:0,C7:3", log_offset=3.0, dictionary_from_all_days=True),
@@ -74,7 +76,8 @@ def spark():
 def _config(raw_dir, out_dir, threshold="2", shuffle=False, **options) -> PreprocConfig:
     return PreprocConfig(raw_dir=raw_dir, out_dir=str(out_dir), thresholds=parse_thresholds(threshold),
                          train_days=TRAIN_DAYS, eval_day=EVAL_DAY, shuffle=shuffle,
-                         max_malformed_fraction=MAX_FRACTION, conversion_batch_rows=64, **options)
+                         max_malformed_fraction=MAX_FRACTION, conversion_batch_rows=64, write_parquet=True,
+                         **options)
 
 
 @pytest.fixture(scope="module")
@@ -196,10 +199,10 @@ def test_shuffle_is_a_deterministic_permutation(spark, outputs, raw_dir, tmp_pat
     for split in ("test", "validation"):  # evaluation rows keep their order
         np.testing.assert_array_equal(_parquet_split(shuffled.out_dir, split)["line"],
                                       _parquet_split(plain_config.out_dir, split)["line"])
-    # Same seed, different partitioning -> byte-identical dataset.
+    # Same seed, different partitioning and output chunks -> byte-identical dataset.
     spark.conf.set("spark.sql.shuffle.partitions", "3")
     try:
-        run(_config(raw_dir, tmp_path / "b", shuffle=True, seed=7), spark)
+        run(_config(raw_dir, tmp_path / "b", shuffle=True, seed=7, rows_per_chunk=50), spark)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", "4")
     assert _read_files(tmp_path / "a") == _read_files(tmp_path / "b")
@@ -215,22 +218,26 @@ def test_part_files_are_read_in_part_number_order_and_other_files_skipped(tmp_pa
     assert [p.name for p in part_files(tmp_path)] == [names[2], names[1], names[0]]
 
 
-def test_conversion_rejects_rows_out_of_order(tmp_path):
-    """The binary conversion trusts no part-file order it has not checked."""
+def test_chunk_writer_rejects_rows_out_of_order(tmp_path):
+    """The executors' writer trusts no row order it has not checked (here across two batches of a chunk)."""
     import pyarrow as pa
 
-    split_dir = tmp_path / "parquet" / "split=train"
-    split_dir.mkdir(parents=True)
-    n = 3
-    columns = {"label": pa.array([0.0, 1.0, 0.0], pa.float32()), "shuffle_key": pa.array([0] * n, pa.int64()),
-               "day": pa.array([0] * n, pa.int32()), "line": pa.array([1, 3, 2], pa.int64())}
-    columns.update({f"I{i}": pa.array([0.5] * n, pa.float32()) for i in range(1, 14)})
-    columns.update({f"C{i}": pa.array([1] * n, pa.int32()) for i in range(1, 27)})
-    pq.write_table(pa.table(columns), split_dir / "part-00000-x.c000.snappy.parquet")
-    spec = FeatureSpec.criteo_like([5] * 26, mappings=("train",))
-    with pytest.raises(PreprocessError, match=r"part-00000-x.*: row 2 of split train .*out of order"):
-        convert_split(split_dir, str(tmp_path / "out"), spec, "train", batch_rows=2)
-    assert not (tmp_path / "out" / "train" / "label.bin").exists()  # the writer aborted: nothing published
+    def batch(lines):
+        n = len(lines)
+        columns = {"chunk": pa.array([0] * n, pa.int32()), "shuffle_key": pa.array([0] * n, pa.int64()),
+                   "day": pa.array([0] * n, pa.int32()), "line": pa.array(lines, pa.int64()),
+                   "label": pa.array([0.0] * n, pa.float32())}
+        columns.update({f"I{i}": pa.array([0.5] * n, pa.float32()) for i in range(1, 14)})
+        columns.update({f"C{i}": pa.array([1] * n, pa.int32()) for i in range(1, 27)})
+        return pa.RecordBatch.from_pydict(columns)
+
+    spec = FeatureSpec.criteo_like([5] * 26, mappings=("train", "test", "validation"))
+    layout = ChunkLayout((1, 1, 1), ((0, 4),), 1, 2)
+    with pytest.raises(PreprocessError, match=r"row 2 of chunk 0 \(split train\) is out of"):
+        list(_write_partition(spec, str(tmp_path), layout, None, iter([batch([1, 3]), batch([2, 4])])))
+    assert not list(tmp_path.rglob("*.bin"))  # the writer aborted: nothing published
+    written = list(_write_partition(spec, str(tmp_path), layout, None, iter([batch([1, 2]), batch([3, 4])])))
+    assert written[0].to_pydict() == {"chunk": [0], "rows": [4]}
 
 
 def test_flag_parsing():
@@ -251,6 +258,9 @@ def test_cli_defaults_are_the_config_defaults(monkeypatch):
     monkeypatch.setenv("PREPROC_SHUFFLE_PARTITIONS", "48")
     assert parse_config(["raw", "out"]).spark.shuffle_partitions == 48
     assert parse_config(["raw", "out", "--shuffle_partitions", "8"]).spark.shuffle_partitions == 8
+    options = parse_config(["raw", "out", "--parquet", "--rows_per_chunk", "64"])
+    assert options.write_parquet and options.rows_per_chunk == 64
+    assert not PreprocConfig(raw_dir="raw", out_dir="out").write_parquet  # parquet is optional, off by default
 
 
 def test_bad_environment_value_is_a_usage_error():
