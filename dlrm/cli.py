@@ -188,6 +188,9 @@ def _optimizer_flags(parser: argparse.ArgumentParser) -> None:
          type=non_negative_number)
     _add(optim, "--linear_learning_rate", [("optimizer", "linear_learning_rate")],
          "Wide & Deep: FTRL learning rate of the wide part (constant)", type=positive_number)
+    _add(optim, "--linear_initial_accumulator", [("optimizer", "linear_initial_accumulator")],
+         "Wide & Deep: FTRL's starting accumulator (small: the wide part learns from the first steps on)",
+         type=positive_number)
     _add(optim, "--deep_learning_rate", [("optimizer", "deep_learning_rate")],
          "Wide & Deep: peak learning rate of the deep part", type=positive_number)
     _add(optim, "--deep_warmup_epochs", [("optimizer", "deep_warmup_epochs")],

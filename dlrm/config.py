@@ -87,6 +87,10 @@ class OptimizerConfig:
     # --arch widedeep (NVIDIA's TF2 defaults): FTRL on the wide part at a constant rate; the deep part's
     # optimizer with a warmup over `deep_warmup_epochs`, then 1/4, then 1/8 of its rate (schedule.py).
     linear_learning_rate: float = 0.02
+    # FTRL's starting accumulator (Keras' default 0.1). The loss is a batch mean, so one id's gradient is
+    # ~1/batch of a row's: against 0.1 its weight barely moves in a short run; a tiny value makes the
+    # first updates scale-free (~ learning rate per step), which is what the embedded demo uses.
+    linear_initial_accumulator: float = 0.1
     deep_learning_rate: float = 0.00012
     deep_warmup_epochs: float = 6.0
     deep_optimizer: str = "rmsprop"

@@ -206,7 +206,12 @@ class SparseFtrl(SparseOptimizer):
     var = -linear * lr / sqrt(acc'). Sparse: only the touched rows of var, accumulator and linear."""
 
     slot_names = SLOT_NAMES["ftrl"]
-    initial_accumulator = 0.1
+
+    def __init__(self, schedule, name: str, initial_accumulator: float = 0.1):
+        super().__init__(schedule, name)
+        if initial_accumulator <= 0:
+            raise ValueError(f"FTRL's initial accumulator must be > 0, got {initial_accumulator}")
+        self.initial_accumulator = float(initial_accumulator)
 
     def initial_slot_value(self, slot: str) -> float:
         return self.initial_accumulator if slot == "accumulator" else 0.0
@@ -387,7 +392,7 @@ def build_widedeep_optimizer(cfg: OptimizerConfig, deep_schedule: Schedule, wide
         deep = SparseAdagrad(deep_schedule, name="deep")
     else:
         raise ValueError(f"unknown deep optimizer {cfg.deep_optimizer!r}; choose rmsprop or adagrad")
-    wide = SparseFtrl(wide_schedule, name="wide")
+    wide = SparseFtrl(wide_schedule, name="wide", initial_accumulator=cfg.linear_initial_accumulator)
     group = OptimizerGroup({"deep": deep, "wide": wide}, lambda var: "wide" if is_wide(var) else "deep",
                            GroupSchedule({"deep": deep_schedule, "wide": wide_schedule}))
     return LossScaledOptimizer(group, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else group

@@ -116,11 +116,13 @@ def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
     c = parse_config(["--arch", "widedeep", "--dataset_path", "/d", "--deep_hidden_units", "64", "32",
                       "--deep_dropout", "0", "--model_type", "deep", "--linear_learning_rate", "0.1",
                       "--deep_learning_rate", "0.001", "--deep_warmup_epochs", "1", "--deep_optimizer", "adagrad",
+                      "--linear_initial_accumulator", "1e-6",
                       "--num_epochs", "3", "--eval_batch_size", "4096", "--benchmark"])
     assert (c.model.deep_hidden_units, c.model.deep_dropout, c.model.model_type) == ((64, 32), 0.0, "deep")
     o = c.optimizer
     assert (o.linear_learning_rate, o.deep_learning_rate, o.deep_warmup_epochs, o.deep_optimizer) == \
         (0.1, 0.001, 1.0, "adagrad")
+    assert o.linear_initial_accumulator == 1e-6 and Config().optimizer.linear_initial_accumulator == 0.1
     assert (c.train.epochs, c.data.eval_batch_size, c.train.benchmark) == (3.0, 4096, True)
     evaluate = parse_config(["--arch", "widedeep", "--evaluate", "--restore_checkpoint_path", "/c"])
     assert evaluate.train.mode == "eval"
