@@ -40,7 +40,7 @@ from dlrm.data.synthetic_widedeep_model import (
 from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
 from dlrm.metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 BLOCK_DISPLAYS = 1 << 15  # displays per independently seeded block (part of the determinism contract)
 CALIBRATION_DISPLAYS = 1 << 15
 GROUND_TRUTH_FILE = "ground_truth.npz"
@@ -52,7 +52,7 @@ TRAIN_MAPPING, TEST_MAPPING = "train", "test"
 class WideDeepParams:
     """Shape of the log and of the hidden score (stds are measured over rows, before the softmax)."""
 
-    ad_zipf_exponent: float = 1.05  # ads: heavy-tailed, many ids seen a handful of times
+    ad_zipf_exponent: float = 0.5  # ads: a flat law, most ids seen tens of times in the tiny preset
     zipf_exponent: float = 1.2  # every other id draw
     missing_rate: float = 0.02  # share of id 0 (missing) of the request-side one-hot features
     empty_bag_rate: float = 0.05  # documents with no topic / entity / category
@@ -60,9 +60,9 @@ class WideDeepParams:
     days: int = 12
     train_days: int = 10  # displays of later days all go to test
     train_share: float = 0.8  # of the displays of days 1..train_days
-    rank: int = 8  # dimension of the hidden request / ad vectors
-    memorisation_std: float = 1.2
-    generalisation_std: float = 1.2
+    rank: int = 4  # dimension of the hidden request / ad vectors
+    memorisation_std: float = 1.5
+    generalisation_std: float = 1.5
     numerical_linear_std: float = 0.4
     numerical_nonlinear_std: float = 0.6
 

@@ -27,10 +27,12 @@ import numpy as np
 
 from dlrm.features import PADDING_ID
 
-MEMORISATION_FEATURES = ("ad_id", "document_id_promo", "campaign_id")
-REQUEST_FEATURES = ("platform", "geo_location_country", "publisher_id", "source_id", "topic_id_list",
-                    "category_id_list")
-AD_FEATURES = ("campaign_id", "advertiser_id", "source_id_promo", "publisher_id_promo")
+# Memorisation: one effect per ad (many ids, each seen tens of times in the tiny preset). Generalisation:
+# low-rank interactions between request attributes and ad attributes of modest cardinality, which
+# every display shares with many others, so a model can learn them once and apply them to any ad.
+MEMORISATION_FEATURES = ("ad_id",)
+REQUEST_FEATURES = ("platform", "geo_location_country", "topic_id_list", "category_id_list")
+AD_FEATURES = ("advertiser_id", "publisher_id_promo")
 COMPONENTS = ("memorisation", "generalisation", "numerical_linear", "numerical_nonlinear")
 
 

@@ -10,6 +10,7 @@ import pytest
 from dlrm.data.binary import BatchReader
 from dlrm.data.contract import contract_from_spec
 from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.presets import WIDEDEEP_PRESETS
 from dlrm.data.synthetic_widedeep import GROUND_TRUTH_FILE, generate_widedeep, is_widedeep_generated
 from dlrm.data.synthetic_widedeep_model import WideDeepTruth
 from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
@@ -46,7 +47,8 @@ def test_the_reference_features(log):
     assert spec.group_name == GROUP_FEATURE and sorted(spec.mappings) == ["test", "train"]
     assert spec.categorical_names == [f.name for f in FEATURES]
     assert spec.hotnesses == [f.hotness for f in FEATURES] and max(spec.hotnesses) <= 3
-    assert spec.cardinalities == [min(f.cardinality, 20_000) for f in FEATURES]
+    assert spec.cardinalities == [min(f.cardinality, WIDEDEEP_PRESETS["widedeep_tiny"].max_rows or f.cardinality)
+                                  for f in FEATURES]
     contract = contract_from_spec(spec, embedding_dim=16)
     assert [t.dim for t in contract.tables] == [f.dim for f in FEATURES]  # the reference's dims, 1235 in all
     assert sum(t.dim for t in contract.tables) == 1235
@@ -120,8 +122,9 @@ def test_bayes_values_reproduce_from_the_ground_truth(log):
 def test_both_signals_matter(log):
     _, spec, _, _ = log
     bayes, ablation = spec.metadata["bayes_map_at_12"], spec.metadata["ablation_map_at_12"]
-    for name in ("without_memorisation", "without_generalisation", "without_numerical_nonlinear", "linear_only"):
+    for name in ("without_memorisation", "without_generalisation", "linear_only"):
         assert ablation[name] < bayes - 0.02, name
+    assert ablation["without_numerical_nonlinear"] < bayes - 0.01  # a smaller part, for the deep MLP too
     assert ablation["chance"] < min(ablation.values()) + 1e-9 and bayes > 0.7
 
 
