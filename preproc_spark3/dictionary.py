@@ -6,6 +6,8 @@ Id 0 is shared by missing, unseen and below-threshold values, so a table has n+1
 """
 from __future__ import annotations
 
+import numpy as np
+
 from preproc_spark3.config import CATEGORICAL_COLUMNS
 
 
@@ -32,3 +34,45 @@ def cardinalities(dictionary) -> list[int]:
 
     sizes = {row["feature"]: row["n"] for row in dictionary.groupBy("feature").agg(F.max("id").alias("n")).collect()}
     return [sizes.get(i, 0) + 1 for i in range(len(CATEGORICAL_COLUMNS))]
+
+
+VALUE_OFFSET = 1 << 31  # categorical values (0 .. 2^32-1) travel as int32: value - 2^31
+
+
+class IdLookup:
+    """value -> id for the dictionaries small enough to ship to every task: per feature, its kept values
+    sorted ascending and their ids, looked up with a binary search (missing and unseen values -> 0)."""
+
+    def __init__(self, tables: dict[int, tuple[np.ndarray, np.ndarray]]):
+        self.tables = tables  # feature index -> (sorted int64 values, int32 ids)
+
+    @classmethod
+    def read(cls, dictionary_dir: str, features: list[int]) -> IdLookup:
+        """From the dictionary parquet files (feature, value, count, id), for `features` only."""
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(dictionary_dir, columns=["feature", "value", "id"])
+        feature = table.column("feature").to_numpy()
+        value = table.column("value").to_numpy()
+        ids = table.column("id").to_numpy().astype(np.int32)
+        tables = {}
+        for index in features:
+            rows = np.flatnonzero(feature == index)
+            order = np.argsort(value[rows], kind="stable")
+            tables[index] = (value[rows][order].astype(np.int64), ids[rows][order])
+        return cls(tables)
+
+    def ids(self, feature: int, shifted) -> np.ndarray:
+        """Arrow int32 column of `value - VALUE_OFFSET` (null when missing) -> int32 ids."""
+        import pyarrow.compute as pc
+
+        values, ids = self.tables[feature]
+        query = pc.fill_null(shifted, 0).to_numpy(zero_copy_only=False).astype(np.int64) + VALUE_OFFSET
+        found = np.zeros(len(query), dtype=np.int32)
+        if len(values):
+            position = np.minimum(np.searchsorted(values, query), len(values) - 1)
+            hit = values[position] == query
+            if shifted.null_count:
+                hit &= shifted.is_valid().to_numpy(zero_copy_only=False)
+            found[hit] = ids[position[hit]]
+        return found

@@ -22,12 +22,12 @@ from dlrm.atomic import write_text_atomically
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from preproc_spark3.chunks import chunk_layout
 from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
-from preproc_spark3.dictionary import build_dictionary, cardinalities
+from preproc_spark3.dictionary import IdLookup, build_dictionary, cardinalities
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
 from preproc_spark3.raw_input import find_day_files, number_lines, read_lines
 from preproc_spark3.session import start_session
 from preproc_spark3.to_binary import assemble_splits, write_chunks
-from preproc_spark3.transform import first_half_lines, transform
+from preproc_spark3.transform import first_half_lines, looked_up_features, transform
 from preproc_spark3.validate import parse_lines
 
 log = logging.getLogger("preproc_spark3")
@@ -121,11 +121,12 @@ def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: Prepro
     layout = chunk_layout(config, result.lines_per_day)
     chunks = str((work / "chunks").resolve())
     parquet_dir = str((out / "parquet").resolve()) if config.write_parquet else None
-    with _stage("transform", seconds):  # ids, numericals, order; each task writes its chunks
+    with _stage("transform", seconds):  # numericals, order, ids; each task writes its chunks
         shutil.rmtree(out / "parquet", ignore_errors=True)
         shutil.rmtree(chunks, ignore_errors=True)
+        lookup = IdLookup.read(str(out / "dictionary"), looked_up_features(result.cardinalities, config))
         frame = transform(good, dictionary, result.cardinalities, config, layout)
-        chunk_rows = write_chunks(frame, spec, chunks, layout, parquet_dir)
+        chunk_rows = write_chunks(frame, spec, chunks, layout, parquet_dir, lookup)
     with _stage("to_binary", seconds):  # each split file = its chunks' files, one task per file
         result.rows = assemble_splits(spark, spec, str(out), chunks, layout, chunk_rows)
         malformed = result.malformed
