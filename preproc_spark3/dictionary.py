@@ -10,19 +10,62 @@ import numpy as np
 
 from preproc_spark3.config import CATEGORICAL_COLUMNS
 
+COUNTS_SCHEMA = "feature int, value long, count long"
 
-def build_dictionary(rows, thresholds: tuple[int, ...]):
-    """rows: well-formed parsed rows of the dictionary days -> DataFrame[feature, value, count, id].
+
+class ValueCounter:
+    """Counts of the categorical values of one parse task's rows (a Spark-free part of the dictionary):
+    per batch a sort-based count per feature, merged once at the end, so only (feature, value, count)
+    rows - far fewer than rows x features - leave the task."""
+
+    def __init__(self, days: tuple[int, ...]):
+        self.days = days
+        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {i: [] for i in range(len(CATEGORICAL_COLUMNS))}
+
+    def add(self, parsed) -> None:
+        """parsed: an Arrow batch of the parse (day, reason, C1..C26); well-formed rows of `days` count."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        in_days = pc.is_in(parsed.column("day"), pa.array(self.days, pa.int32()))
+        keep = pc.and_(pc.is_null(parsed.column("reason")), in_days)
+        for index, name in enumerate(CATEGORICAL_COLUMNS):
+            values = pc.drop_null(pc.filter(parsed.column(name), keep)).to_numpy(zero_copy_only=False)
+            if len(values):
+                self.parts[index].append(np.unique(values, return_counts=True))
+
+    def table(self):
+        """The merged counts as an Arrow table (COUNTS_SCHEMA)."""
+        import pyarrow as pa
+
+        features, values, counts = [], [], []
+        for index, parts in self.parts.items():
+            if not parts:
+                continue
+            unique, inverse = np.unique(np.concatenate([v for v, _ in parts]), return_inverse=True)
+            features.append(np.full(len(unique), index, dtype=np.int32))
+            values.append(unique.astype(np.int64))
+            counts.append(np.bincount(inverse, weights=np.concatenate([c for _, c in parts]),
+                                      minlength=len(unique)).astype(np.int64))
+
+        def joined(arrays, dtype):
+            return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+        return pa.table({"feature": joined(features, np.int32), "value": joined(values, np.int64),
+                         "count": joined(counts, np.int64)})
+
+
+def build_dictionary(counts, thresholds: tuple[int, ...]):
+    """counts: DataFrame[COUNTS_SCHEMA], partial counts of the dictionary days' well-formed rows (see
+    ValueCounter) -> DataFrame[feature, value, count, id].
 
     These are the parquet columns of <out_dir>/dictionary; feature is the 0-based index (C1 = 0).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    values = rows.select(F.posexplode(F.array(*[F.col(c) for c in CATEGORICAL_COLUMNS])).alias("feature", "value"))
-    counts = values.filter(F.col("value").isNotNull()).groupBy("feature", "value").agg(F.count(F.lit(1)).alias("count"))
+    totals = counts.groupBy("feature", "value").agg(F.sum("count").cast("long").alias("count"))
     threshold = F.element_at(F.array(*[F.lit(int(t)) for t in thresholds]), F.col("feature") + 1)
-    kept = counts.filter(F.col("count") >= threshold)
+    kept = totals.filter(F.col("count") >= threshold)
     order = Window.partitionBy("feature").orderBy(F.col("count").desc(), F.col("value").asc())
     ids = F.row_number().over(order).cast("int").alias("id")
     return kept.select(F.col("feature").cast("int"), "value", "count", ids)

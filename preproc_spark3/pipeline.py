@@ -88,7 +88,8 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
 
     try:  # success or failure (too many malformed lines, ...): drop the intermediate
         with _stage("parse", seconds):  # parsed once: the parse tasks store typed rows under _work/parsed
-            rows, blocks = parse_lines(spark, read_lines(spark, day_files), str((work / "parsed").resolve()))
+            rows, counts, blocks = parse_lines(spark, read_lines(spark, day_files), str((work / "parsed").resolve()),
+                                               config.dictionary_days)
             numbered = number_lines(spark, rows, blocks, day_files)
             parsed = numbered.frame
         total_lines = sum(numbered.lines_per_day.values())
@@ -98,7 +99,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
         log.info("%s", malformed.describe())
         try:  # report how far it got
             check_malformed_fraction(malformed, config.max_malformed_fraction)
-            _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result, work)
+            _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), counts, result, work)
         finally:
             _write_report(out, config, result)
     finally:
@@ -107,14 +108,13 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     return result
 
 
-def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: PreprocessResult, work: Path) -> None:
-    """Well-formed parsed rows -> dictionary, split-binary files (+ parquet) and (last) feature_spec.yaml."""
-    from pyspark.sql import functions as F
-
+def _build_dataset(spark, config: PreprocConfig, out: Path, good, counts, result: PreprocessResult,
+                   work: Path) -> None:
+    """Well-formed parsed rows + the parse's value counts -> dictionary, split-binary files (+ parquet)
+    and (last) feature_spec.yaml."""
     seconds = result.stage_seconds
     with _stage("dictionary", seconds):
-        vocabulary_rows = good.filter(F.col("day").isin(list(config.dictionary_days)))
-        build_dictionary(vocabulary_rows, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
+        build_dictionary(counts, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
         dictionary = spark.read.parquet(str(out / "dictionary"))
         result.cardinalities = cardinalities(dictionary)
     spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
