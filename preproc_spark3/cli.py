@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=_PREPROC_DEFAULTS.max_malformed_fraction,
                    help="fail if more than this fraction of all lines is malformed")
     p.add_argument("--broadcast_max_rows", type=argtypes.count, default=_PREPROC_DEFAULTS.broadcast_max_rows,
-                   help="dictionaries up to this many values are broadcast to the joins")
+                   help="dictionaries up to this many values are shipped to the writer tasks (larger ones are joined)")
     p.add_argument("--conversion_batch_rows", type=argtypes.positive_int,
                    default=_PREPROC_DEFAULTS.conversion_batch_rows,
                    help="rows per Arrow batch handed to the split-binary writers (bounds their memory)")

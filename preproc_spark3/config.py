@@ -65,7 +65,7 @@ class PreprocConfig:
     shuffle: bool = True
     seed: int = 12345
     max_malformed_fraction: float = 1e-4
-    broadcast_max_rows: int = 1_000_000  # dictionaries up to this size are broadcast to the joins
+    broadcast_max_rows: int = 1_000_000  # dictionaries up to this size are shipped to the writer tasks
     conversion_batch_rows: int = 65_536  # rows per Arrow batch handed to the binary writers (bounds their memory)
     rows_per_chunk: int = 524_288  # target rows per output chunk (one executor writes one chunk)
     write_parquet: bool = False  # also write the transformed rows as parquet under <out_dir>/parquet

@@ -22,12 +22,12 @@ from dlrm.atomic import write_text_atomically
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from preproc_spark3.chunks import chunk_layout
 from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
-from preproc_spark3.dictionary import build_dictionary, cardinalities
+from preproc_spark3.dictionary import IdLookup, build_dictionary, cardinalities
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
 from preproc_spark3.raw_input import find_day_files, number_lines, read_lines
 from preproc_spark3.session import start_session
 from preproc_spark3.to_binary import assemble_splits, write_chunks
-from preproc_spark3.transform import first_half_lines, transform
+from preproc_spark3.transform import first_half_lines, looked_up_features, transform
 from preproc_spark3.validate import parse_lines
 
 log = logging.getLogger("preproc_spark3")
@@ -88,7 +88,8 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
 
     try:  # success or failure (too many malformed lines, ...): drop the intermediate
         with _stage("parse", seconds):  # parsed once: the parse tasks store typed rows under _work/parsed
-            rows, blocks = parse_lines(spark, read_lines(spark, day_files), str((work / "parsed").resolve()))
+            rows, counts, blocks = parse_lines(spark, read_lines(spark, day_files), str((work / "parsed").resolve()),
+                                               config.dictionary_days)
             numbered = number_lines(spark, rows, blocks, day_files)
             parsed = numbered.frame
         total_lines = sum(numbered.lines_per_day.values())
@@ -98,7 +99,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
         log.info("%s", malformed.describe())
         try:  # report how far it got
             check_malformed_fraction(malformed, config.max_malformed_fraction)
-            _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), result, work)
+            _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), counts, result, work)
         finally:
             _write_report(out, config, result)
     finally:
@@ -107,25 +108,25 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     return result
 
 
-def _build_dataset(spark, config: PreprocConfig, out: Path, good, result: PreprocessResult, work: Path) -> None:
-    """Well-formed parsed rows -> dictionary, split-binary files (+ parquet) and (last) feature_spec.yaml."""
-    from pyspark.sql import functions as F
-
+def _build_dataset(spark, config: PreprocConfig, out: Path, good, counts, result: PreprocessResult,
+                   work: Path) -> None:
+    """Well-formed parsed rows + the parse's value counts -> dictionary, split-binary files (+ parquet)
+    and (last) feature_spec.yaml."""
     seconds = result.stage_seconds
     with _stage("dictionary", seconds):
-        vocabulary_rows = good.filter(F.col("day").isin(list(config.dictionary_days)))
-        build_dictionary(vocabulary_rows, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
+        build_dictionary(counts, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
         dictionary = spark.read.parquet(str(out / "dictionary"))
         result.cardinalities = cardinalities(dictionary)
     spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
     layout = chunk_layout(config, result.lines_per_day)
     chunks = str((work / "chunks").resolve())
     parquet_dir = str((out / "parquet").resolve()) if config.write_parquet else None
-    with _stage("transform", seconds):  # ids, numericals, order; each task writes its chunks
+    with _stage("transform", seconds):  # numericals, order, ids; each task writes its chunks
         shutil.rmtree(out / "parquet", ignore_errors=True)
         shutil.rmtree(chunks, ignore_errors=True)
+        lookup = IdLookup.read(str(out / "dictionary"), looked_up_features(result.cardinalities, config))
         frame = transform(good, dictionary, result.cardinalities, config, layout)
-        chunk_rows = write_chunks(frame, spec, chunks, layout, parquet_dir)
+        chunk_rows = write_chunks(frame, spec, chunks, layout, parquet_dir, lookup)
     with _stage("to_binary", seconds):  # each split file = its chunks' files, one task per file
         result.rows = assemble_splits(spark, spec, str(out), chunks, layout, chunk_rows)
         malformed = result.malformed

@@ -23,6 +23,7 @@ import numpy as np
 
 from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, SPLITS, PreprocessError
+from preproc_spark3.dictionary import IdLookup
 from preproc_spark3.transform import ORDER_COLUMNS
 
 _PART_NUMBER = re.compile(r"part-(\d+)")
@@ -110,14 +111,29 @@ class _ChunkWriter:
             self.parquet.close()
 
 
-def _write_partition(spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str], batches) -> Iterator:
-    """mapInArrow body: the partition's rows, sorted by (chunk, order) -> one writer per chunk."""
+def _with_ids(batch, lookup: IdLookup):
+    """The batch with the looked-up features' raw values replaced by their ids."""
     import pyarrow as pa
 
+    arrays = [pa.array(lookup.ids(CATEGORICAL_COLUMNS.index(name), column))
+              if name in CATEGORICAL_COLUMNS and CATEGORICAL_COLUMNS.index(name) in lookup.tables else column
+              for name, column in zip(batch.schema.names, batch.columns)]
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+def _write_partition(spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str], batches,
+                     lookup: Any = None) -> Iterator:
+    """mapInArrow body: the partition's rows, sorted by (chunk, order) -> one writer per chunk.
+    lookup: a broadcast IdLookup for the features whose ids are still raw values (or None)."""
+    import pyarrow as pa
+
+    ids = lookup.value if lookup is not None else None
     written: list[tuple[int, int]] = []
     writer: Optional[_ChunkWriter] = None
     try:
         for batch in batches:
+            if ids is not None:
+                batch = _with_ids(batch, ids)
             chunks = batch.column("chunk").to_numpy(zero_copy_only=False)
             cuts = [0, *(np.flatnonzero(chunks[1:] != chunks[:-1]) + 1).tolist(), len(chunks)]
             for a, b in zip(cuts[:-1], cuts[1:]):
@@ -138,10 +154,13 @@ def _write_partition(spec, work: str, layout: ChunkLayout, parquet_dir: Optional
                                       "rows": pa.array([n for _, n in written], pa.int64())})
 
 
-def write_chunks(frame, spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str]) -> dict[int, int]:
-    """frame: the transform's output -> chunk id -> rows written (chunks without rows are absent)."""
+def write_chunks(frame, spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str],
+                 lookup: Optional[IdLookup] = None) -> dict[int, int]:
+    """frame: the transform's output (raw values for the features of `lookup`) -> chunk id -> rows written
+    (chunks without rows are absent)."""
     sorted_rows = frame.repartition("chunk").sortWithinPartitions("chunk", *ORDER_COLUMNS)
-    body = partial(_write_partition, spec, work, layout, parquet_dir)
+    shipped = frame.sparkSession.sparkContext.broadcast(lookup) if lookup is not None else None
+    body = partial(_write_partition, spec, work, layout, parquet_dir, lookup=shipped)
     counts = sorted_rows.mapInArrow(body, _RESULT_SCHEMA).collect()
     return {row["chunk"]: row["rows"] for row in counts}
 

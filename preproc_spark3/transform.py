@@ -10,17 +10,19 @@ columns), label float32, I1..I13 float32, C1..C26 int32. Rows are not sorted her
 - Order: train is shuffled by shuffle_key = xxhash64(seed, day, line), ties broken by (day, line): a
   permutation fixed by the seed alone, whatever the partitioning. With --no_shuffle and for test /
   validation the key is 0, so rows keep their input order (day, line).
-- Ids: every dictionary up to --broadcast_max_rows values travels in one broadcast table keyed by
-  feature << 32 | value, and all those features are looked up in one pass; larger dictionaries are
-  joined by a shuffle join each.
+- Ids: features whose dictionary has up to --broadcast_max_rows values leave here as raw values
+  (value - 2^31, int32, null when missing); the writer tasks look their ids up after the shuffle
+  (preproc_spark3.dictionary.IdLookup, shipped once per executor). Larger dictionaries are joined
+  here, by a shuffle join each.
 """
 from __future__ import annotations
 
 from preproc_spark3.chunks import ChunkLayout, chunk_column, first_half_lines
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, TEST, TRAIN, VALIDATION, PreprocConfig
+from preproc_spark3.dictionary import VALUE_OFFSET
 
 ORDER_COLUMNS = ("shuffle_key", "day", "line")
-__all__ = ["ORDER_COLUMNS", "first_half_lines", "transform"]
+__all__ = ["ORDER_COLUMNS", "first_half_lines", "looked_up_features", "transform"]
 
 
 def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig, layout: ChunkLayout):
@@ -29,19 +31,15 @@ def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig,
 
     columns = ["day", "line", LABEL, *NUMERICAL_COLUMNS, *CATEGORICAL_COLUMNS]
     frame = rows.select(*columns)
-    small = [i for i in range(len(CATEGORICAL_COLUMNS)) if cardinalities[i] - 1 <= config.broadcast_max_rows]
-    # All small dictionaries in one broadcast table keyed by feature << 32 | value: built and shipped
-    # once, reused by every join (Spark reuses the identical broadcast exchange).
-    small_ids = F.broadcast(dictionary.filter(F.col("feature").isin(small))
-                            .select(_packed_key(F.col("feature"), F.col("value")).alias("key"), "id"))
+    small = looked_up_features(cardinalities, config)
     for index, name in enumerate(CATEGORICAL_COLUMNS):
-        if index in small:
-            frame = frame.join(small_ids, _packed_key(F.lit(index), F.col(name)) == small_ids["key"], "left")
-        else:  # too large to broadcast: a shuffle join on this feature's own dictionary
+        if index in small:  # ids applied by the writer tasks
+            value = (F.col(name) - VALUE_OFFSET).cast("int")
+        else:  # too large to ship to every task: a shuffle join on this feature's own dictionary
             ids = dictionary.filter(F.col("feature") == index).select(F.col("value").alias("key"), "id")
             frame = frame.join(ids, F.col(name) == ids["key"], "left")
-        frame = frame.select(*[F.coalesce(F.col("id"), F.lit(0)).cast("int").alias(c) if c == name else F.col(c)
-                               for c in columns])
+            value = F.coalesce(F.col("id"), F.lit(0)).cast("int")
+        frame = frame.select(*[value.alias(c) if c == name else F.col(c) for c in columns])
 
     split = (F.when(F.col("day") != config.eval_day, F.lit(TRAIN))
              .when(F.col("line") <= layout.test_lines, F.lit(TEST))
@@ -58,8 +56,6 @@ def transform(rows, dictionary, cardinalities: list[int], config: PreprocConfig,
                         *ORDER_COLUMNS, LABEL, *NUMERICAL_COLUMNS, *CATEGORICAL_COLUMNS)
 
 
-def _packed_key(feature, value):
-    """One long per (feature, value): categorical values are 32-bit, so feature << 32 | value is unique."""
-    from pyspark.sql import functions as F
-
-    return F.shiftleft(feature.cast("long"), 32) + value
+def looked_up_features(cardinalities: list[int], config: PreprocConfig) -> list[int]:
+    """Features whose ids the writer tasks look up (dictionaries up to --broadcast_max_rows values)."""
+    return [i for i in range(len(CATEGORICAL_COLUMNS)) if cardinalities[i] - 1 <= config.broadcast_max_rows]

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 import re
+from functools import partial
 from typing import Iterator, Optional
 
 import numpy as np
 
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, RAW_FIELD_COUNT
+from preproc_spark3.dictionary import COUNTS_SCHEMA, ValueCounter
 
 _INT = r"-?[0-9]{1,18}"
 _HEX = r"[0-9a-fA-F]{1,8}"
@@ -125,13 +127,14 @@ def parse_batch(batch):
     return pa.RecordBatch.from_pydict(out)
 
 
-BLOCKS_SCHEMA = "file string, block_start long, first_row_id long, lines long, path string"
+BLOCKS_SCHEMA = "file string, block_start long, first_row_id long, lines long, path string, counts_path string"
 
 
-def _parse_and_store(directory: str, batches) -> Iterator:
-    """mapInArrow body: parse the task's lines into one parquet file (PARSED_SCHEMA); yield, per input
-    block, its first row_id and line count, with the file's path (only files of successful attempts
-    are ever listed, so a retried task leaves no duplicate rows)."""
+def _parse_and_store(directory: str, dictionary_days: tuple[int, ...], batches) -> Iterator:
+    """mapInArrow body: parse the task's lines into one parquet file (PARSED_SCHEMA) and count the
+    categorical values of its well-formed `dictionary_days` rows into another (COUNTS_SCHEMA); yield,
+    per input block, its first row_id and line count, with both files' paths (only files of successful
+    attempts are ever listed, so a retried task leaves no duplicate rows)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark import TaskContext
@@ -139,11 +142,14 @@ def _parse_and_store(directory: str, batches) -> Iterator:
     context = TaskContext.get()
     assert context is not None, "runs inside a Spark task"
     path = os.path.join(directory, f"part-{context.partitionId():05d}-{context.attemptNumber()}.parquet")
+    counts_path = path[:-len(".parquet")] + ".counts.parquet"
+    counter = ValueCounter(dictionary_days)
     blocks: dict[tuple[str, int], list[int]] = {}
     writer = None
     try:
         for batch in batches:
             parsed = parse_batch(batch)
+            counter.add(parsed)
             if writer is None:
                 writer = pq.ParquetWriter(path, parsed.schema, compression="snappy")
             writer.write_batch(parsed)
@@ -157,23 +163,29 @@ def _parse_and_store(directory: str, batches) -> Iterator:
     finally:
         if writer is not None:
             writer.close()
+    pq.write_table(counter.table(), counts_path, compression="snappy")
     keys = sorted(blocks)
     yield pa.RecordBatch.from_pydict({
         "file": pa.array([k[0] for k in keys], pa.string()), "block_start": pa.array([k[1] for k in keys], pa.int64()),
         "first_row_id": pa.array([blocks[k][0] for k in keys], pa.int64()),
         "lines": pa.array([blocks[k][1] for k in keys], pa.int64()),
-        "path": pa.array([path] * len(keys), pa.string())})
+        "path": pa.array([path] * len(keys), pa.string()),
+        "counts_path": pa.array([counts_path] * len(keys), pa.string())})
 
 
-def parse_lines(spark, lines, directory: str):
-    """DataFrame[value + PROVENANCE_SCHEMA] -> (DataFrame[PARSED_SCHEMA], blocks): typed columns,
-    `reason`/`kind` (null when well formed) and the raw `value` (kept only for malformed lines), stored
-    once under `directory` by the parse tasks; blocks: (file, block_start, first_row_id, lines) rows."""
+def parse_lines(spark, lines, directory: str, dictionary_days: tuple[int, ...]):
+    """DataFrame[value + PROVENANCE_SCHEMA] -> (DataFrame[PARSED_SCHEMA], DataFrame[COUNTS_SCHEMA], blocks):
+    typed columns, `reason`/`kind` (null when well formed) and the raw `value` (kept only for malformed
+    lines), stored once under `directory` by the parse tasks; partial value counts of the well-formed
+    `dictionary_days` rows (see dictionary.ValueCounter); blocks: (file, block_start, first_row_id, lines)."""
     import shutil
 
     shutil.rmtree(directory, ignore_errors=True)  # no stale parts of an earlier run
     os.makedirs(directory)
-    blocks = lines.mapInArrow(lambda batches: _parse_and_store(directory, batches), BLOCKS_SCHEMA).collect()
+    blocks = lines.mapInArrow(partial(_parse_and_store, directory, tuple(dictionary_days)), BLOCKS_SCHEMA).collect()
     paths = sorted({b["path"] for b in blocks})
+    counts_paths = sorted({b["counts_path"] for b in blocks})
     frame = spark.read.schema(PARSED_SCHEMA).parquet(*paths) if paths else spark.createDataFrame([], PARSED_SCHEMA)
-    return frame, blocks
+    counts = (spark.read.schema(COUNTS_SCHEMA).parquet(*counts_paths) if counts_paths
+              else spark.createDataFrame([], COUNTS_SCHEMA))
+    return frame, counts, blocks
