@@ -14,6 +14,7 @@ import tensorflow as tf
 from dlrm.config import ModelConfig
 from dlrm.embedding.base import EmbeddingCollection
 from dlrm.features import FeatureContract
+from dlrm.model.base import EmbeddingModel
 from dlrm.model.dcnv2 import LowRankCrossNetwork
 from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, embedding_dot_interaction
 from dlrm.model.mlp import MLP
@@ -22,7 +23,7 @@ from dlrm.model.shape_rules import check_model_shape
 from dlrm.model.widedeep import WideDeepModel
 
 
-class RecommenderModel(tf.keras.Model):
+class RecommenderModel(EmbeddingModel):
     """call(numerical [B, n] float32, categorical [B, total_hotness] int32, training=False) -> logits [B] float32.
 
     The widths come from the feature contract: n numerical features (0 allowed: then there is no bottom
@@ -90,16 +91,6 @@ class RecommenderModel(tf.keras.Model):
         """`first_row` and `step` key Wide & Deep's dropout; this model has none and ignores them."""
         embedded = self.embeddings(categorical)
         return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded)
-
-    @property
-    def embedding_variables(self) -> List[tf.Variable]:
-        return list(self.embeddings.trainable_variables)
-
-    @property
-    def dense_variables(self) -> List[tf.Variable]:
-        """Trainable variables that are data-parallel (allreduced): all but the model-parallel shards."""
-        model_parallel = {v.ref() for v in self.embeddings.model_parallel_variables}
-        return [v for v in self.trainable_variables if v.ref() not in model_parallel]
 
 
 Model = Union[RecommenderModel, WideDeepModel]

@@ -20,6 +20,7 @@ import tensorflow as tf
 from dlrm.config import ModelConfig
 from dlrm.embedding.base import EmbeddingCollection
 from dlrm.features import FeatureContract
+from dlrm.model.base import EmbeddingModel
 from dlrm.model.dropout import row_keyed_dropout
 from dlrm.model.mlp import MLP, layer_seed
 from dlrm.model.precision import compute_dtype, keras_policy
@@ -27,7 +28,7 @@ from dlrm.model.shape_rules import check_model_shape
 from dlrm.model.tables import has_deep, has_wide, id_copies, model_tables
 
 
-class WideDeepModel(tf.keras.Model):
+class WideDeepModel(EmbeddingModel):
     """call(numerical [B, n] float32, categorical [B, total_hotness] int32, training=False, first_row=None,
     step=None) -> logits [B] float32. `first_row` (the dataset row of the batch's first row) and `step`
     key the dropout masks; without them (or with training=False) there is no dropout."""
@@ -107,15 +108,6 @@ class WideDeepModel(tf.keras.Model):
             key = tf.stack([tf.cast(step, tf.int64), tf.cast(first_row, tf.int64)])
         return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded, key)
 
-    @property
-    def embedding_variables(self) -> List[tf.Variable]:
-        return list(self.embeddings.trainable_variables)
-
-    @property
-    def dense_variables(self) -> List[tf.Variable]:
-        """Trainable variables that are data-parallel (allreduced): all but the model-parallel shards."""
-        model_parallel = {v.ref() for v in self.embeddings.model_parallel_variables}
-        return [v for v in self.trainable_variables if v.ref() not in model_parallel]
 
     @property
     def wide_variables(self) -> List[tf.Variable]:
