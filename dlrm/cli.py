@@ -60,6 +60,8 @@ WIDEDEEP_PRESET: dict[tuple[str, str], object] = {
     ("data", "eval_batch_size"): 131072,
     ("train", "epochs"): 20.0,
     ("train", "log_every_steps"): 100,
+    ("train", "benchmark_warmup_steps"): 500,
+    ("train", "benchmark_steps"): 1000,
 }
 
 # --arch widedeep without --dataset_path: the Outbrain-shaped synthetic click log (`widedeep_tiny`, 1.2M

@@ -1,7 +1,8 @@
 """Wide & Deep quality: the embedded W&D demo (`python main.py --arch widedeep`: the `widedeep_tiny`
 synthetic click log, 5 epochs on 2 CPU cores) reaches >= 0.95 x the Bayes-optimal MAP@12 recorded by the
-generator, and each part alone (`--model_type wide`, `--model_type deep`, same data, same budget) scores
-below the two together: the dataset makes both parts matter."""
+generator, and the wide part alone (`--model_type wide`, same data, same budget) scores clearly below it:
+it cannot represent the request x ad interactions. (A deep part alone matches Wide & Deep on this log:
+docs/data.md.)"""
 import time
 
 import pytest
@@ -10,11 +11,8 @@ from dlrm.cli import parse_config
 from dlrm.train.modes import run
 
 TARGET = 0.95
-# How far below Wide & Deep each part alone lands (MAP@12). The wide part misses the request x ad
-# interactions (about 0.05 measured); the deep part learns the per-ad effects too, only more slowly
-# (about 0.01 measured, several standard errors of the MAP over ~75k test displays).
-WIDE_ONLY_GAP = 0.03
-DEEP_ONLY_GAP = 0.004
+# How far below Wide & Deep the wide part alone lands (MAP@12; 0.085 measured).
+WIDE_ONLY_GAP = 0.05
 
 
 def _train(tmp_path, model_type: str):
@@ -32,7 +30,7 @@ def _train(tmp_path, model_type: str):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("widedeep_quality")
-    return {model_type: _train(tmp_path, model_type) for model_type in ("wide_n_deep", "deep", "wide")}
+    return {model_type: _train(tmp_path, model_type) for model_type in ("wide_n_deep", "wide")}
 
 
 @pytest.mark.slow
@@ -42,7 +40,5 @@ def test_widedeep_demo_reaches_95_percent_of_bayes_map(results):
 
 
 @pytest.mark.slow
-def test_each_part_alone_scores_below_wide_and_deep(results):
-    both = results["wide_n_deep"].map_at_12
-    assert results["wide"].map_at_12 < both - WIDE_ONLY_GAP
-    assert results["deep"].map_at_12 < both - DEEP_ONLY_GAP
+def test_the_wide_part_alone_scores_clearly_below_wide_and_deep(results):
+    assert results["wide"].map_at_12 < results["wide_n_deep"].map_at_12 - WIDE_ONLY_GAP
