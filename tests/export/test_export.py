@@ -1,6 +1,6 @@
-"""Export for serving: the SavedModel (and ONNX) of a 1-rank, a 2-rank and a multi-hot checkpoint, scored in a
-fresh process that imports TensorFlow only, equals the trainer's own scores of the same test rows; and the
-export's refusals (one message each, no traceback)."""
+"""Export for serving: the SavedModel (and ONNX) of a 1-rank, a 2-rank, a multi-hot and a Wide & Deep
+checkpoint, scored in a fresh process that imports TensorFlow only, equals the trainer's own scores of the
+same test rows; and the export's refusals (one message each, no traceback)."""
 from __future__ import annotations
 
 import json
@@ -72,6 +72,21 @@ def test_multi_hot_dcnv2_checkpoint_scores_like_the_trainer(tmp_path):
     with open(tmp_path / "served" / "assets" / "serving_inputs.json") as f:
         names = [item["name"] for item in json.load(f)["inputs"]]
     assert names == ["numerical", "onehot", "topics", "history", "single"]
+    _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), flags, with_onnx=True))
+
+
+@pytest.mark.slow
+def test_wide_and_deep_checkpoint_scores_like_the_trainer(tmp_path):
+    """Wide & Deep on the mixed dataset: the deep and the `_wide` tables, FTRL and RMSProp state left out,
+    dropout off when serving."""
+    write_mixed(tmp_path / "data", 400, seed=4, mappings=("train", "test"))
+    flags = ["--dataset_path", str(tmp_path / "data"), "--arch", "widedeep", "--embedding_dim", "4",
+             "--deep_hidden_units", "8", "8", "--global_batch_size", "64", "--eval_batch_size", "96",
+             "--max_steps", "5", "--linear_learning_rate", "0.1", "--deep_learning_rate", "0.01",
+             "--deep_warmup_epochs", "0", "--intra_op_threads", "2",
+             "--run_dir", str(tmp_path / "run"), "--save_checkpoint_path", str(tmp_path / "ckpt")]
+    _train("widedeep", flags)
+    _export("--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "served"), "--onnx")
     _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), flags, with_onnx=True))
 
 
