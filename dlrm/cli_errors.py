@@ -67,7 +67,7 @@ def run_main(main: Callable[[list], Optional[int]], argv: Optional[Sequence[str]
         text = user_error_text(error, world.rank, world.size)
         if text:
             _print(text)
-        elif error.on_every_rank and world.size > 1:
+        elif world.rank != 0 and not isinstance(error, PeerRankFailed):  # rank 0 reports this same error
             time.sleep(PEER_EXIT_GRACE_SECONDS)
         return error.exit_code
     except KeyboardInterrupt:
