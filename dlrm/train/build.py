@@ -26,7 +26,7 @@ from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.features import FeatureContract
 from dlrm.model.dlrm import Model, build_model
 from dlrm.model.shape_rules import check_model_shape
-from dlrm.model.tables import model_tables
+from dlrm.model.tables import has_deep, has_wide, model_tables
 from dlrm.model.widedeep import WideDeepModel
 from dlrm.train import checkpoint
 from dlrm.train.checkpoint import PieceSlots
@@ -103,8 +103,9 @@ def build_training_optimizer(config: Config, model: Model, all_ranks_true=None) 
     deep = WideDeepSchedule(cfg.deep_learning_rate, cfg.deep_warmup_epochs, config.train.epochs)
     wide = ConstantSchedule(cfg.linear_learning_rate)
     wide_vars = {v.ref() for v in model.wide_variables}
+    parts = [name for name, kept in (("deep", has_deep(config.model)), ("wide", has_wide(config.model))) if kept]
     return build_widedeep_optimizer(cfg, deep, wide, lambda var: var.ref() in wide_vars, amp=config.train.amp,
-                                    all_ranks_true=all_ranks_true)
+                                    all_ranks_true=all_ranks_true, parts=parts)
 
 
 @dataclass

@@ -24,7 +24,7 @@ part, RMSProp or Adagrad for the deep part) behind the same interface as one opt
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -383,9 +383,10 @@ def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks
 
 def build_widedeep_optimizer(cfg: OptimizerConfig, deep_schedule: Schedule, wide_schedule: Schedule,
                              is_wide: Callable[[tf.Variable], bool], amp: bool = False,
-                             all_ranks_true: Optional[Callable] = None):
+                             all_ranks_true: Optional[Callable] = None, parts: Sequence[str] = ("deep", "wide")):
     """Wide & Deep's two groups: FTRL for the variables `is_wide` picks, and `cfg.deep_optimizer` (RMSprop
-    with rho 0.5, or Adagrad) for the others, each driven by its own schedule."""
+    with rho 0.5, or Adagrad) for the others, each driven by its own schedule. `parts`: the model's parts
+    (`--model_type`); only their rates are reported (`lr` is the first part's)."""
     if cfg.deep_optimizer == "rmsprop":
         deep: SparseOptimizer = SparseRMSprop(deep_schedule, name="deep", rho=WIDEDEEP_RMSPROP_RHO)
     elif cfg.deep_optimizer == "adagrad":
@@ -394,5 +395,5 @@ def build_widedeep_optimizer(cfg: OptimizerConfig, deep_schedule: Schedule, wide
         raise ValueError(f"unknown deep optimizer {cfg.deep_optimizer!r}; choose rmsprop or adagrad")
     wide = SparseFtrl(wide_schedule, name="wide", initial_accumulator=cfg.linear_initial_accumulator)
     group = OptimizerGroup({"deep": deep, "wide": wide}, lambda var: "wide" if is_wide(var) else "deep",
-                           GroupSchedule({"deep": deep_schedule, "wide": wide_schedule}))
+                           GroupSchedule({"deep": deep_schedule, "wide": wide_schedule}, reported=parts))
     return LossScaledOptimizer(group, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else group

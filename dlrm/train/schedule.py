@@ -17,7 +17,7 @@ the steps per epoch (`set_steps_per_epoch`) before the training step is traced.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Protocol
+from typing import Dict, Mapping, Optional, Protocol, Sequence
 
 import tensorflow as tf
 
@@ -148,21 +148,23 @@ class WideDeepSchedule:
 
 
 class GroupSchedule:
-    """The schedules of an optimizer group, by group name: `value_at` is the first group's rate, and
-    `learning_rates_at` gives every group's (`lr_<group>`) for the logs."""
+    """The schedules of an optimizer group, by group name: `value_at` is the first reported group's rate,
+    and `learning_rates_at` gives every reported group's (`lr_<group>`) for the logs. `reported`: the groups
+    the model has variables for (default: all)."""
 
-    def __init__(self, schedules: Mapping[str, Schedule]):
+    def __init__(self, schedules: Mapping[str, Schedule], reported: Optional[Sequence[str]] = None):
         self.schedules = dict(schedules)
+        self.reported = [name for name in self.schedules if reported is None or name in reported]
 
     def set_steps_per_epoch(self, steps: int) -> None:
         for schedule in self.schedules.values():
             schedule.set_steps_per_epoch(steps)
 
     def value_at(self, step: int) -> float:
-        return next(iter(self.schedules.values())).value_at(step)
+        return self.schedules[self.reported[0]].value_at(step)
 
     def learning_rates_at(self, step: int) -> Dict[str, float]:
-        return {f"lr_{name}": schedule.value_at(step) for name, schedule in self.schedules.items()}
+        return {f"lr_{name}": self.schedules[name].value_at(step) for name in self.reported}
 
     def __call__(self, step) -> tf.Tensor:
-        return next(iter(self.schedules.values()))(step)
+        return self.schedules[self.reported[0]](step)

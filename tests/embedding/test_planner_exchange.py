@@ -140,6 +140,17 @@ def test_cli_reads_dims_hotness_and_combiners_from_a_feature_spec(tmp_path, caps
     assert [t["hotness"] for t in hot["tables"]] == [1, 4]
 
 
+@pytest.mark.parametrize("model_type, expected", [
+    ("wide_n_deep", [("cat_0", 5000, 16), ("cat_1", 300, 16), ("cat_0_wide", 5000, 1), ("cat_1_wide", 300, 1)]),
+    ("deep", [("cat_0", 5000, 16), ("cat_1", 300, 16)]),
+    ("wide", [("cat_0_wide", 5000, 1), ("cat_1_wide", 300, 1)]),
+])
+def test_cli_plans_the_wide_and_deep_tables_the_trainer_builds(capsys, model_type, expected):
+    plan = _json_out(capsys, "--table_rows", "5000,300", "--embedding_dim", "16", "--world_size", "2",
+                     "--arch", "widedeep", "--model_type", model_type)
+    assert sorted((t["name"], t["rows"], t["dim"]) for t in plan["tables"]) == sorted(expected)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--hotness", "1,2"], "argument --hotness: 2 value\\(s\\) given for 3 tables"),
     (["--embedding_dims", "8"], "argument --embedding_dims: 1 value\\(s\\) given for 3 tables"),

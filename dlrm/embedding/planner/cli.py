@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
 from dlrm.argtypes import ArgumentParser, add_debug_flag, count, positive_int, sizes_list
-from dlrm.config import ShardingConfig
+from dlrm.config import ARCHS, MODEL_TYPES, ModelConfig, ShardingConfig
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness  # pure Python
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
 from dlrm.embedding.planner.budget import plan_embeddings
@@ -20,7 +20,8 @@ from dlrm.embedding.planner.byte_sizes import byte_size, positive_byte_size
 from dlrm.embedding.planner.describe import describe_exchange, describe_plan, describe_scaling, scaling_rows
 from dlrm.embedding.planner.exchange import exchange_bytes
 from dlrm.embedding.planner.strategies import STRATEGIES
-from dlrm.features import COMBINERS, TableConfig, one_hot_tables
+from dlrm.features import COMBINERS, FeatureContract, TableConfig, one_hot_tables
+from dlrm.model.tables import model_tables  # pure Python
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="optimizer state copies per weight: SGD 0, Adagrad 1, Adam 2 (default: 0)")
     parser.add_argument("--no_reserve_zero", action="store_true",
                         help="preset sizes without the extra id-0 row per table")
+    parser.add_argument("--arch", choices=ARCHS, default="dlrm",
+                        help="the model whose tables are planned: widedeep adds one dim-1 `<feature>_wide` table "
+                             "per feature for its wide part (default: dlrm)")
+    parser.add_argument("--model_type", choices=MODEL_TYPES, default="wide_n_deep",
+                        help="with --arch widedeep: the parts the model keeps (default: wide_n_deep)")
     parser.add_argument("--json", action="store_true", help="print the plan (and estimates) as JSON")
     add_debug_flag(parser)
     return parser
@@ -91,7 +97,8 @@ def print_plan(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.world_size is None and args.global_batch_size is None:
         parser.error("give --world_size (a plan), --global_batch_size (the scaling table), or both")
-    tables = tables_from_args(parser, args)
+    model = ModelConfig(arch=args.arch, model_type=args.model_type)
+    tables = model_tables(model, FeatureContract("label", (), tables_from_args(parser, args)))
     sharding = ShardingConfig(
         strategy=args.sharding_strategy,
         rank_memory_bytes=args.rank_memory,
