@@ -107,12 +107,13 @@ def one_character(text: str) -> str:
     return text
 
 
-def show_default(value) -> str:
-    """A default as a user would type it: (512, 256, 128) -> 512-256-128, None -> none."""
+def show_default(value, separator: str = "-") -> str:
+    """A default as a user would type it: (512, 256, 128) -> 512-256-128 (or 512 256 128 for a flag that
+    takes several values: separator " "), None -> none."""
     if value is None:
         return "none"
     if isinstance(value, (tuple, list)):
-        return "-".join(str(v) for v in value)
+        return separator.join(str(v) for v in value)
     return str(value)
 
 

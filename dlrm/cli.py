@@ -101,8 +101,9 @@ def _add(group, flag: str, targets: Sequence[tuple[str, str]], help: str,
     presets = [(label, preset[(section, name)]) for label, preset in
                (("demo", DEMO_PRESET), ("widedeep", WIDEDEEP_PRESET), ("widedeep demo", WIDEDEEP_DEMO_PRESET))
                if (section, name) in preset]
-    suffix = f" (default: {show_default(shown)}" + "".join(f"; {label}: {show_default(value)}"
-                                                          for label, value in presets) + ")"
+    separator = " " if nargs else "-"
+    suffix = f" (default: {show_default(shown, separator)}" + "".join(
+        f"; {label}: {show_default(value, separator)}" for label, value in presets) + ")"
     kwargs: dict[str, object] = {"dest": dest, "help": help + suffix}
     if const is not None:
         kwargs.update(action="store_const", const=const)

@@ -220,6 +220,7 @@ def test_help_shows_list_defaults_as_typed(capsys):
     assert "(default: 512-256-128; demo: 64-32-16)" in text
     assert "(default: 1024-1024-512-256-1; demo: 256-128-1)" in text
     assert "(512, 256, 128)" not in text
+    assert "(default: 1024 1024 1024 1024 1024; widedeep demo: 256 256 256)" in text  # nargs: as typed
 
 
 def _cli(args, timeout=60):
