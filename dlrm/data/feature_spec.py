@@ -35,6 +35,7 @@ from dlrm.data.spec_rules import (
     ONEHOT_CHANNEL,
     SPLIT_BINARY,
     categorical_dtype,
+    channel_membership,
     channel_problems,
     feature_problems,
     split_binary_chunks,
@@ -286,19 +287,8 @@ class FeatureSpec:
             return ["channel_spec must be a mapping of channel -> list of features"]
         if not isinstance(self.source_spec, dict) or not self.source_spec:
             return ["source_spec must be a non-empty mapping of mapping name -> list of chunks"]
-        p = channel_problems(self.channel_spec)
-        seen: dict[str, str] = {}
-        for channel in CHANNELS:
-            names = self.channel_spec.get(channel) or []
-            if not isinstance(names, list):
-                p.append(f"channel_spec.{channel} must be a list of feature names")
-                continue
-            for name in names:
-                if name in seen:
-                    p.append(f"feature {name!r} is in channel {seen[name]!r} and again in {channel!r}")
-                seen[name] = channel
-                if name not in self.feature_spec:
-                    p.append(f"channel_spec.{channel} names feature {name!r}, which is missing from feature_spec")
+        membership, seen = channel_membership(self.channel_spec, self.feature_spec)
+        p = channel_problems(self.channel_spec) + membership
         for name, info in self.feature_spec.items():
             if name not in seen:
                 p.append(f"feature {name!r} is in feature_spec but in no channel of channel_spec")

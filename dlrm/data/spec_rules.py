@@ -116,3 +116,22 @@ def split_binary_chunks(mapping: str, label: str, numerical: Sequence[str], cate
     if group is not None:
         chunks.append({"type": SPLIT_BINARY, "features": [group], "files": [f"{mapping}/{GROUP_FILE}"]})
     return chunks
+
+
+def channel_membership(channel_spec: dict, feature_spec: dict) -> tuple[list[str], dict[str, str]]:
+    """(problems, feature -> channel) of the channels' feature lists: each a list, each feature in one
+    channel only and present in feature_spec."""
+    p: list[str] = []
+    channel_of: dict[str, str] = {}
+    for channel in CHANNELS:
+        names = channel_spec.get(channel) or []
+        if not isinstance(names, list):
+            p.append(f"channel_spec.{channel} must be a list of feature names")
+            continue
+        for name in names:
+            if name in channel_of:
+                p.append(f"feature {name!r} is in channel {channel_of[name]!r} and again in {channel!r}")
+            channel_of[name] = channel
+            if name not in feature_spec:
+                p.append(f"channel_spec.{channel} names feature {name!r}, which is missing from feature_spec")
+    return p, channel_of

@@ -22,11 +22,11 @@ from dlrm.data.errors import DataError
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.spec_rules import (
     CATEGORICAL_CHANNELS,
-    CHANNELS,
     MAP_CHANNEL,
     NUMERICAL_CHANNEL,
     PARQUET,
     categorical_dtype,
+    channel_membership,
     channel_problems,
     feature_problems,
 )
@@ -76,21 +76,10 @@ def spec_problems(spec: FeatureSpec) -> list[str]:
     if not isinstance(spec.feature_spec, dict) or not isinstance(spec.channel_spec, dict) \
             or not isinstance(spec.source_spec, dict):
         return ["feature_spec, channel_spec and source_spec must be mappings"]
-    p = channel_problems(spec.channel_spec)
-    channel_of: dict[str, str] = {}
-    for channel in CHANNELS:
-        names = spec.channel_spec.get(channel) or []
-        if not isinstance(names, list):
-            p.append(f"channel_spec.{channel} must be a list of feature names")
-            continue
-        for name in names:
-            if name in channel_of:
-                p.append(f"feature {name!r} is in channel {channel_of[name]!r} and again in {channel!r}")
-            channel_of[name] = channel
-            if name not in spec.feature_spec:
-                p.append(f"channel_spec.{channel} names feature {name!r}, which is missing from feature_spec")
-            else:
-                p += _feature_problems(name, spec.feature_spec[name], channel)
+    membership, channel_of = channel_membership(spec.channel_spec, spec.feature_spec)
+    p = channel_problems(spec.channel_spec) + membership
+    p += [problem for name, channel in channel_of.items() if name in spec.feature_spec
+          for problem in _feature_problems(name, spec.feature_spec[name], channel)]
     if sorted(spec.source_spec) != sorted(MAPPINGS):
         p.append(f"source_spec has mappings {sorted(spec.source_spec)}: a parquet dataset has exactly "
                  f"{list(MAPPINGS)}")
