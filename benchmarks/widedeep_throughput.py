@@ -191,6 +191,7 @@ def keras(tables, batches, args) -> List[Candidate]:
 
 def summarise(candidates: List[Candidate], args, started: str, load_before, command: str, mflop: float) -> dict:
     wall = medians({c.name: c.samples_per_sec for c in candidates})
+    cpu = medians({c.name: c.extra["samples_per_cpu_second"] for c in candidates})
     best = {c.name: max(c.samples_per_sec) for c in candidates}
 
     def best_of(group: str, values: dict) -> str:
@@ -198,7 +199,7 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
         return max(names, key=values.get) if names else ""
 
     headline = {}
-    for label, values in (("best_window", best), ("median", wall)):
+    for label, values in (("best_window", best), ("median", wall), ("median_per_cpu_second", cpu)):
         keras_train, keras_eval = best_of("keras", values), best_of("keras_eval", values)
         ours_train, ours_eval = best_of("ours", values), best_of("ours_eval", values)
         headline[label] = {
@@ -220,6 +221,7 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
         "ratios": headline,
         "candidates": [{"name": c.name, "group": c.group, "median_samples_per_sec": round(wall[c.name], 1),
                         "best_window_samples_per_sec": round(best[c.name], 1),
+                        "median_samples_per_cpu_second": round(cpu[c.name], 1),
                         "windows_samples_per_sec": [round(v, 1) for v in c.samples_per_sec],
                         "steps_per_window": c.steps_per_window,
                         **{k: ([round(x, 2) for x in v] if isinstance(v, list) else v) for k, v in c.extra.items()}}
@@ -229,13 +231,19 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
 
 def markdown(result: dict, facts: dict) -> List[str]:
     s = result["settings"]
-    lines = [f"Wide & Deep throughput, reference tables capped at {s['max_rows']:,} rows, batch {s['batch_size']:,}, "
+    tables = ("full reference tables" if s["max_rows"] >= max(s["table_rows"])
+              else f"reference tables capped at {s['max_rows']:,} rows")
+    lines = [f"Wide & Deep throughput, {tables}, batch {s['batch_size']:,}, "
              f"{run_facts(result['date_utc'], facts)}, {s['intra_op_threads']} intra-op threads, load average "
              f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f}. "
-             f"{s['rounds']} alternating windows per candidate.", "",
-             "| candidate | best window samples/s | median samples/s |", "|---|---:|---:|"]
+             f"{s['rounds']} alternating windows per candidate. Samples per CPU-second (process time) hardly "
+             "depend on other jobs; cores busy = CPU-seconds per wall second of each window.", "",
+             "| candidate | best window samples/s | median samples/s | median per CPU-s | cores busy per window |",
+             "|---|---:|---:|---:|---|"]
     for c in result["candidates"]:
-        lines.append(f"| {c['name']} | {c['best_window_samples_per_sec']:,.0f} | {c['median_samples_per_sec']:,.0f} |")
+        cores = " ".join(f"{x:.1f}" for x in c["cores_busy"])
+        lines.append(f"| {c['name']} | {c['best_window_samples_per_sec']:,.0f} | {c['median_samples_per_sec']:,.0f} "
+                     f"| {c['median_samples_per_cpu_second']:,.0f} | {cores} |")
     for label, values in result["ratios"].items():
         lines += ["", f"{label}: " + ", ".join(f"{k} = {v}" for k, v in values.items())]
     return lines + ["", f"Ceiling = GEMM FLOP/s / {s['mflop_per_sample']} MFLOP per sample (the deep MLP, "
