@@ -313,3 +313,41 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes(slurm_cluster, time
     stops = stop_records(job["dir"])
     assert len(stops) == 2 and stops[1][1] == "received SIGTERM" and stops[1][0] > warned_at, (stops, report)
     assert stops[1][0] in checkpoint_steps(job["dir"]), report
+
+
+WIDEDEEP_ROWS = 6000
+WIDEDEEP_FLAGS = [
+    "--arch", "widedeep", "--deep_hidden_units", "16", "8", "--global_batch_size", "256",
+    "--eval_batch_size", "1024", "--num_epochs", "1", "--deep_warmup_epochs", "0.2", "--log_every", "5",
+    "--intra_op_threads", "1", "--inter_op_threads", "1",
+]
+
+
+@pytest.fixture(scope="module")
+def widedeep_job(slurm_cluster, tmp_path_factory):
+    """The template with --arch widedeep on a small synthetic click log (displays, multi-hot features)."""
+    from dlrm.data.synthetic_widedeep import generate_widedeep
+
+    dataset = tmp_path_factory.mktemp("wd_dataset") / "widedeep"
+    generate_widedeep(str(dataset), "widedeep_tiny", rows=WIDEDEEP_ROWS, seed=3)
+    work = tmp_path_factory.mktemp("wd_sbatch")
+    job = submit_template(slurm_cluster, work, "widedeep", job_env(work, dataset), WIDEDEEP_FLAGS, ["--time=10"])
+    job["info"] = slurm_cluster.wait_job(job["id"], timeout=240)
+    return job
+
+
+def test_sbatch_template_trains_wide_and_deep_sharded_on_two_nodes(slurm_cluster, widedeep_job):
+    job = widedeep_job
+    report = job_report(slurm_cluster, job["dir"], job["out"])
+    info = job["info"]
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", report
+    assert "world size 2" in (job["dir"] / "logs" / "rank-0.log").read_text(), report
+    last = final_eval(job["dir"])  # MAP@12 over the test displays, exact across both ranks' rows
+    assert 0.0 < last["map_at_12"] <= 1.0 and last["groups"] > 0 and math.isfinite(last["logloss"]), last
+    checkpoints = job["dir"] / "checkpoints"
+    meta = json.loads((checkpoints / (checkpoints / "latest").read_text().strip() / "meta.json").read_text())
+    assert meta["world_size"] == 2 and meta["model_shape"]["arch"] == "widedeep"
+    owners = {table["name"]: {piece["rank"] for piece in table["pieces"]} for table in meta["plan"]["tables"]}
+    wide = [name for name in owners if name.endswith("_wide")]
+    assert len(wide) == len(owners) // 2 > 0, sorted(owners)
+    assert set().union(*owners.values()) == {0, 1}, "the tables are not sharded over both ranks"
