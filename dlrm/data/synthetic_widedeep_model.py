@@ -38,7 +38,8 @@ from dlrm.features import PADDING_ID
 MEMORISATION_FEATURES = ("ad_id",)
 # Pair memorisation: (ad-side, request-side) pairs of mid-cardinality one-hot features. The W&D demo crosses
 # exactly these in its wide part (`dlrm.cli.WIDEDEEP_DEMO_PRESET`); the metadata records them.
-PAIR_FEATURES = (("advertiser_id", "geo_location"), ("campaign_id", "geo_location_state"), ("source_id_promo", "document_id"))
+PAIR_FEATURES = (("advertiser_id", "geo_location"), ("campaign_id", "geo_location_state"),
+                 ("source_id_promo", "document_id"))
 REQUEST_FEATURES = ("platform", "geo_location_country", "topic_id_list", "category_id_list")
 AD_FEATURES = ("advertiser_id", "publisher_id_promo")
 COMPONENTS = ("memorisation", "pair_memorisation", "generalisation", "numerical_linear", "numerical_nonlinear")

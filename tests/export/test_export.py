@@ -84,7 +84,8 @@ def test_wide_and_deep_checkpoint_scores_like_the_trainer(tmp_path):
              "--deep_hidden_units", "8", "8", "--global_batch_size", "64", "--eval_batch_size", "96",
              "--max_steps", "5", "--linear_learning_rate", "0.1", "--deep_learning_rate", "0.01",
              "--deep_warmup_epochs", "0", "--intra_op_threads", "2", "--wide_crosses", "cat_0:cat_1,cat_2:cat_1",
-             "--wide_cross_buckets", "2048", "--run_dir", str(tmp_path / "run"), "--save_checkpoint_path", str(tmp_path / "ckpt")]
+             "--wide_cross_buckets", "2048", "--run_dir", str(tmp_path / "run"),
+             "--save_checkpoint_path", str(tmp_path / "ckpt")]
     _train("widedeep", flags)
     _export("--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "served"), "--onnx")
     _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), flags, with_onnx=True))

@@ -1,6 +1,7 @@
 """`--arch widedeep` through the trainer's real path (flags -> `modes.run`, as main.py): it trains on a
-small one-hot / multi-hot dataset (with two crossed features in the wide part), logs both learning rates and the parameter count, checkpoints both
-optimizer groups' slots and state, resumes bit-identically, evaluates, and times steps with --benchmark."""
+small one-hot / multi-hot dataset (with two crossed features in the wide part), logs both learning rates
+and the parameter count, checkpoints both optimizer groups' slots and state (the crosses' too), resumes
+bit-identically, evaluates, and times steps with --benchmark."""
 import json
 import os
 import shutil
