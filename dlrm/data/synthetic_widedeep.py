@@ -36,11 +36,11 @@ from dlrm.data.synthetic_widedeep_model import (
     PAIR_FEATURES,
     REQUEST_FEATURES,
     WideDeepTruth,
-    pair_key,
     scale_to,
 )
 from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
 from dlrm.metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
+from dlrm.model.crosses import cross_name
 
 GENERATOR_VERSION = 3
 BLOCK_DISPLAYS = 1 << 15  # displays per independently seeded block (part of the determinism contract)
@@ -127,7 +127,7 @@ def build_truth(cards: dict[str, int], seed: int, params: WideDeepParams) -> Wid
         if f.hotness > 1:  # a document's topic / entity / category list
             extra[f"document_{f.name}"] = bag_ids(rng, cards["document_id"], cards[f.name], f.hotness, sampling)
     effects = {name: rng.normal(0.0, 1.0, size=cards[name]) for name in MEMORISATION_FEATURES}
-    pair_effects = {pair_key(a, r): rng.normal(0.0, 1.0, size=(min(cards[a], params.pair_head_ids),
+    pair_effects = {cross_name(a, r): rng.normal(0.0, 1.0, size=(min(cards[a], params.pair_head_ids),
                                                                  min(cards[r], params.pair_head_ids)))
                     for a, r in PAIR_FEATURES}
     vectors = {name: rng.normal(0.0, 1.0, size=(cards[name], params.rank)) for name in REQUEST_FEATURES + AD_FEATURES}

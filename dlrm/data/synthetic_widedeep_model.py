@@ -31,6 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from dlrm.features import PADDING_ID
+from dlrm.model.crosses import cross_name
 
 # Memorisation: one effect per ad (many ids, each seen tens of times in the tiny preset). Generalisation:
 # low-rank interactions between request attributes and ad attributes of modest cardinality, which
@@ -45,10 +46,6 @@ AD_FEATURES = ("advertiser_id", "publisher_id_promo")
 COMPONENTS = ("memorisation", "pair_memorisation", "generalisation", "numerical_linear", "numerical_nonlinear")
 
 
-def pair_key(first: str, second: str) -> str:
-    return f"{first}_x_{second}"
-
-
 @dataclass
 class WideDeepTruth:
     """The hidden score of every row, from stored features laid out as a batch (table order `tables`)."""
@@ -56,7 +53,7 @@ class WideDeepTruth:
     tables: tuple[str, ...]  # categorical features in id-column order
     hotness: tuple[int, ...]
     effects: dict[str, np.ndarray]  # memorisation feature -> effect per id [cardinality]
-    pair_effects: dict[str, np.ndarray]  # pair_key(a, r) -> effect per pair of head ids [heads_a, heads_r]
+    pair_effects: dict[str, np.ndarray]  # cross_name(a, r) -> effect per pair of head ids [heads_a, heads_r]
     vectors: dict[str, np.ndarray]  # request / ad feature -> hidden vector per id [cardinality, rank]
     numerical_center: np.ndarray  # [F]
     numerical_linear: np.ndarray  # [F]
@@ -86,7 +83,7 @@ class WideDeepTruth:
                    np.zeros(categorical.shape[0]))
         pairs = np.zeros(categorical.shape[0])
         for first, second in PAIR_FEATURES:
-            table = self.pair_effects[pair_key(first, second)]
+            table = self.pair_effects[cross_name(first, second)]
             a, r = self.columns(categorical, first)[:, 0], self.columns(categorical, second)[:, 0]
             head = (a < table.shape[0]) & (r < table.shape[1])
             pairs += np.where(head, table[np.where(head, a, 0), np.where(head, r, 0)], 0.0)
