@@ -1,6 +1,8 @@
 """Crossed features of the Wide & Deep wide part: the cross ids (range, determinism, exact index when the
 pairs fit, hashed otherwise, the same in TensorFlow as in Python), their tables in the one embedding
 collection, the parameter count, the model reading them, and the dataset-dependent refusals."""
+import json
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -108,3 +110,11 @@ def test_crosses_the_dataset_cannot_have_are_refused_naming_the_feature(crosses,
     with pytest.raises(ModelShapeError) as caught:
         build_model(cfg, CONTRACT, LocalEmbedding(TABLES, seed=3))
     assert message in str(caught.value)
+
+
+def test_the_crosses_survive_a_checkpoints_json_config():
+    from dlrm.config import Config
+
+    saved = Config(model=config((("ad", "platform"), ("geo", "ad")), buckets=1000))
+    again = Config.from_dict(json.loads(json.dumps(saved.to_dict())))
+    assert again.model.wide_crosses == (("ad", "platform"), ("geo", "ad")) and again.model.wide_cross_buckets == 1000
