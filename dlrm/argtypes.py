@@ -100,6 +100,24 @@ def sizes_list(text: str) -> list[int]:
     return list(_int_list(text, _COMMA_LIST, "','", "1000,20,300"))
 
 
+def feature_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    """'A:B,C:D' -> (('A', 'B'), ('C', 'D')): pairs of two different feature names, each pair once (in
+    either order). Whether the names exist is the dataset's to say (`dlrm.model.crosses.cross_problems`)."""
+    pairs: list[tuple[str, str]] = []
+    for item in str(text).split(","):
+        names = tuple(name.strip() for name in item.split(":"))
+        if len(names) != 2 or not all(names):
+            raise argparse.ArgumentTypeError(f"expected feature pairs A:B separated by ',' (e.g. "
+                                             f"ad_id:geo_location_state), got {item.strip()!r} in {text!r}")
+        first, second = names
+        if first == second:
+            raise argparse.ArgumentTypeError(f"{item.strip()!r} crosses feature {first!r} with itself")
+        if (first, second) in pairs or (second, first) in pairs:
+            raise argparse.ArgumentTypeError(f"the pair {first}:{second} is listed twice in {text!r}")
+        pairs.append((first, second))
+    return tuple(pairs)
+
+
 def one_character(text: str) -> str:
     """A single character (a CSV field separator)."""
     if len(text) != 1:
@@ -109,9 +127,11 @@ def one_character(text: str) -> str:
 
 def show_default(value, separator: str = "-") -> str:
     """A default as a user would type it: (512, 256, 128) -> 512-256-128 (or 512 256 128 for a flag that
-    takes several values: separator " "), None -> none."""
-    if value is None:
+    takes several values: separator " "), feature pairs -> a:b,c:d, None or empty -> none."""
+    if value is None or (isinstance(value, (tuple, list)) and not value):
         return "none"
+    if isinstance(value, (tuple, list)) and isinstance(value[0], (tuple, list)):  # feature pairs
+        return ",".join(":".join(pair) for pair in value)
     if isinstance(value, (tuple, list)):
         return separator.join(str(v) for v in value)
     return str(value)

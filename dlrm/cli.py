@@ -21,6 +21,7 @@ from dlrm.argtypes import (
     ArgumentParser,
     count,
     dropout_rate,
+    feature_pairs,
     layer_sizes,
     non_negative_number,
     positive_int,
@@ -30,6 +31,7 @@ from dlrm.argtypes import (
 )
 from dlrm.config import ARCHS, DEEP_OPTIMIZERS, MODEL_TYPES, Config
 from dlrm.data.presets import SYNTHETIC_PRESET_NAMES
+from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
 from dlrm.embedding.planner import STRATEGIES, byte_size, positive_byte_size
 from dlrm.features import COMBINERS
@@ -64,23 +66,25 @@ WIDEDEEP_PRESET: dict[tuple[str, str], object] = {
     ("train", "benchmark_steps"): 1000,
 }
 
-# --arch widedeep without --dataset_path: the Outbrain-shaped synthetic click log (`widedeep_tiny`, 1.2M
-# rows: ~800k train, ~400k test) and a model and schedule for a few minutes on 2 CPU cores. FTRL starts
+# --arch widedeep without --dataset_path: the Outbrain-shaped synthetic click log (`widedeep_tiny`, 2.4M
+# rows: ~1.6M train, ~800k test) and a model and schedule for a few minutes on 2 CPU cores. FTRL starts
 # from a tiny accumulator: under the batch-mean loss Keras' 0.1 leaves the wide part nearly still in so
-# short a run. Measured in docs/training.md.
+# short a run. The wide part crosses the generator's pair features (`PAIR_FEATURES`: its per-pair effects,
+# which only a crossed feature learns in this budget; a deep-only model drops them). Measured in docs/data.md.
 WIDEDEEP_DEMO_PRESET: dict[tuple[str, str], object] = {
     ("data", "synthetic_preset"): "widedeep_tiny",
     ("data", "synthetic_dir"): "data/synthetic_widedeep_tiny",
-    ("data", "synthetic_train_rows"): 800_000,
-    ("data", "synthetic_test_rows"): 400_000,
+    ("data", "synthetic_train_rows"): 1_600_000,
+    ("data", "synthetic_test_rows"): 800_000,
     ("data", "global_batch_size"): 4096,
     ("data", "eval_batch_size"): 16384,
     ("model", "deep_hidden_units"): (256, 256, 256),
+    ("model", "wide_crosses"): PAIR_FEATURES,  # the generator's pair signal
     ("optimizer", "linear_learning_rate"): 0.3,
     ("optimizer", "linear_initial_accumulator"): 1e-6,
     ("optimizer", "deep_learning_rate"): 0.002,
     ("optimizer", "deep_warmup_epochs"): 0.1,
-    ("train", "epochs"): 5.0,
+    ("train", "epochs"): 2.5,
     ("train", "eval_every_steps"): 1000,
     ("train", "log_every_steps"): 50,
     ("train", "run_dir"): "runs/widedeep_demo",
@@ -181,6 +185,11 @@ def _model_flags(parser: argparse.ArgumentParser) -> None:
          type=dropout_rate)
     _add(model, "--model_type", [("model", "model_type")], "Wide & Deep: the parts the model keeps",
          choices=list(MODEL_TYPES))
+    _add(model, "--wide_crosses", [("model", "wide_crosses")],
+         "Wide & Deep: pairs of one-hot features crossed in the wide part, e.g. advertiser_id:geo_location_state,"
+         "campaign_id:publisher_id (one weight per pair of ids)", type=feature_pairs)
+    _add(model, "--wide_cross_buckets", [("model", "wide_cross_buckets")],
+         "Wide & Deep: rows of a cross table whose pairs do not fit (then ids are hashed)", type=positive_int)
 
 
 def _optimizer_flags(parser: argparse.ArgumentParser) -> None:
@@ -313,5 +322,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> Config:
     for dest, value in given.items():
         for section, name in _FLAG_FIELDS[dest]:
             _set(config, section, name, tuple(value) if isinstance(value, list) else value)
+    if "wide_crosses" not in given and config.model.model_type == "deep":
+        config.model.wide_crosses = ()  # the demo's crosses belong to the wide part; a deep-only model has none
     _validate(config, parser)
     return config

@@ -37,6 +37,7 @@ class DataConfig:
 
 ARCHS = ("dlrm", "dcnv2", "widedeep")
 MODEL_TYPES = ("wide", "deep", "wide_n_deep")  # --arch widedeep: which parts the model keeps
+MAX_CROSS_BUCKETS = 2**31 - 1  # cross ids are int32 (`dlrm.model.crosses`)
 DEEP_OPTIMIZERS = ("rmsprop", "adagrad")  # --arch widedeep: the deep part's optimizer (the wide part: FTRL)
 
 
@@ -58,6 +59,10 @@ class ModelConfig:
     deep_hidden_units: tuple[int, ...] = (1024, 1024, 1024, 1024, 1024)
     deep_dropout: float = 0.1
     model_type: str = "wide_n_deep"  # or "wide" / "deep": only that part
+    # Wide & Deep: pairs of one-hot features crossed in the wide part (none: NVIDIA's TF2 reference), each a
+    # table of min(card_A x card_B, wide_cross_buckets) rows (`dlrm.model.crosses`).
+    wide_crosses: tuple[tuple[str, str], ...] = ()
+    wide_cross_buckets: int = 1 << 20
     seed: int = 0
 
     def problems(self) -> list[str]:
@@ -70,6 +75,13 @@ class ModelConfig:
             found.append(f"model type must be one of {MODEL_TYPES}, got {self.model_type!r}")
         if not 0.0 <= self.deep_dropout < 1.0:
             found.append(f"the deep dropout rate (--deep_dropout) must be in [0, 1), got {self.deep_dropout}")
+        if self.wide_crosses and (self.arch != "widedeep" or self.model_type == "deep"):
+            found.append("--wide_crosses are features of the Wide & Deep wide part: they need --arch widedeep and "
+                         f"--model_type wide or wide_n_deep (got --arch {self.arch}"
+                         + (f" --model_type {self.model_type})" if self.arch == "widedeep" else ")"))
+        if not 1 <= self.wide_cross_buckets <= MAX_CROSS_BUCKETS:
+            found.append(f"--wide_cross_buckets must be in [1, {MAX_CROSS_BUCKETS}] (int32 ids), "
+                         f"got {self.wide_cross_buckets}")
         if tuple(self.top_mlp)[-1:] != (1,):
             found.append(f"the top MLP (--top_mlp_dims) must end in 1 unit (a logit), got {_sizes(self.top_mlp)}")
         return found
@@ -160,9 +172,13 @@ class Config:
             target = getattr(config, section.name)
             for item in dataclasses.fields(target):
                 if item.name in saved.get(section.name, {}):
-                    value = saved[section.name][item.name]
-                    setattr(target, item.name, tuple(value) if isinstance(value, list) else value)
+                    setattr(target, item.name, _tuples(saved[section.name][item.name]))
         return config
+
+
+def _tuples(value):
+    """JSON lists (nested too: the crossed pairs) back to the tuples the fields hold."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 @dataclass

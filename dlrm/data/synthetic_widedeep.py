@@ -33,14 +33,16 @@ from dlrm.data.synthetic_widedeep_model import (
     AD_FEATURES,
     COMPONENTS,
     MEMORISATION_FEATURES,
+    PAIR_FEATURES,
     REQUEST_FEATURES,
     WideDeepTruth,
     scale_to,
 )
 from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
 from dlrm.metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
+from dlrm.model.crosses import cross_name
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 BLOCK_DISPLAYS = 1 << 15  # displays per independently seeded block (part of the determinism contract)
 CALIBRATION_DISPLAYS = 1 << 15
 GROUND_TRUTH_FILE = "ground_truth.npz"
@@ -62,6 +64,8 @@ class WideDeepParams:
     train_share: float = 0.8  # of the displays of days 1..train_days
     rank: int = 4  # dimension of the hidden request / ad vectors
     memorisation_std: float = 1.5
+    pair_memorisation_std: float = 2.0
+    pair_head_ids: int = 150  # ids 0..pair_head_ids-1 of each feature of a pair carry pair effects
     generalisation_std: float = 1.5
     numerical_linear_std: float = 0.4
     numerical_nonlinear_std: float = 0.6
@@ -123,11 +127,15 @@ def build_truth(cards: dict[str, int], seed: int, params: WideDeepParams) -> Wid
         if f.hotness > 1:  # a document's topic / entity / category list
             extra[f"document_{f.name}"] = bag_ids(rng, cards["document_id"], cards[f.name], f.hotness, sampling)
     effects = {name: rng.normal(0.0, 1.0, size=cards[name]) for name in MEMORISATION_FEATURES}
+    pair_effects = {cross_name(a, r): rng.normal(0.0, 1.0, size=(min(cards[a], params.pair_head_ids),
+                                                                 min(cards[r], params.pair_head_ids)))
+                    for a, r in PAIR_FEATURES}
     vectors = {name: rng.normal(0.0, 1.0, size=(cards[name], params.rank)) for name in REQUEST_FEATURES + AD_FEATURES}
     num = len(NUMERICAL_FEATURES)
     q = rng.normal(0.0, 1.0, size=(2, num))
     quadratic = np.outer(q[0], q[0]) - np.outer(q[1], q[1])  # indefinite: a saddle, not a bowl
-    truth = WideDeepTruth(tuple(f.name for f in FEATURES), tuple(f.hotness for f in FEATURES), effects, vectors,
+    truth = WideDeepTruth(tuple(f.name for f in FEATURES), tuple(f.hotness for f in FEATURES), effects, pair_effects,
+                          vectors,
                           np.zeros(num), rng.normal(0.0, 1.0, size=num), quadratic, extra)
     _calibrate(truth, _sample_block(calibration_seq, CALIBRATION_DISPLAYS, cards, truth, params), params)
     return truth
@@ -140,6 +148,8 @@ def _calibrate(truth: WideDeepTruth, block: dict, params: WideDeepParams) -> Non
     parts = truth.components(numerical, categorical)
     for name in MEMORISATION_FEATURES:
         truth.effects[name] = truth.effects[name] * scale_to(parts["memorisation"], params.memorisation_std)
+    pair_scale = scale_to(parts["pair_memorisation"], params.pair_memorisation_std)
+    truth.pair_effects = {k: v * pair_scale for k, v in truth.pair_effects.items()}
     root = np.sqrt(scale_to(parts["generalisation"], params.generalisation_std))  # a product of two sums
     truth.vectors = {k: v * root for k, v in truth.vectors.items()}
     truth.numerical_linear = truth.numerical_linear * scale_to(parts["numerical_linear"], params.numerical_linear_std)
@@ -253,6 +263,8 @@ def bayes_figures(groups: np.ndarray, labels: np.ndarray, parts: dict[str, np.nd
     ablations = {f"without_{name}": map_at_k(groups, labels, score - parts[name]) for name in COMPONENTS}
     ablations["memorisation_only"] = map_at_k(groups, labels, parts["memorisation"])
     ablations["linear_only"] = map_at_k(groups, labels, parts["memorisation"] + parts["numerical_linear"])
+    ablations["linear_with_crosses"] = map_at_k(groups, labels, parts["memorisation"] + parts["pair_memorisation"]
+                                                + parts["numerical_linear"])
     ablations["chance"] = chance_map(sizes)
     return {"bayes_map_at_12": map_at_k(groups, labels, score), "bayes_auc": exact_auc(labels, logits),
             "bayes_logloss": log_loss_from_logits(labels, logits), "ablation_map_at_12": ablations}
@@ -300,6 +312,7 @@ def generate_widedeep(out_dir: str, preset: str = "widedeep_tiny", rows: Optiona
         "num_rows": {TRAIN_MAPPING: int(train_rows.size), TEST_MAPPING: int(test_rows.size)},
         "num_displays": {TRAIN_MAPPING: int(train.size), TEST_MAPPING: int(test.size)},
         "seed": int(seed),
+        "pair_features": [list(pair) for pair in PAIR_FEATURES],
         **figures,
         "positive_rate": {TRAIN_MAPPING: float(train.size / max(train_rows.size, 1)),
                           TEST_MAPPING: float(test.size / max(test_rows.size, 1))},

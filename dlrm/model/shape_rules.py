@@ -6,6 +6,7 @@ from typing import List
 from dlrm.config import ModelConfig
 from dlrm.errors import UserError
 from dlrm.features import FeatureContract, TableConfig
+from dlrm.model.crosses import cross_problems
 
 
 class ModelShapeError(UserError, ValueError):
@@ -49,6 +50,7 @@ def model_problems(model_cfg: ModelConfig, contract: FeatureContract) -> List[st
                      "has none in its categorical, onehot_categorical or multihot_categorical channels")
     if model_cfg.arch == "dlrm":
         found += dot_interaction_problems(model_cfg, contract)
+    found += cross_problems(model_cfg.wide_crosses, contract)
     return found
 
 

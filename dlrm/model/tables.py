@@ -3,7 +3,8 @@
 DLRM and DCNv2 use the feature contract's tables as they are. Wide & Deep keeps, for its deep part, the
 contract's tables (per-feature dims and combiners, Glorot-normal start) and, for its wide part, one
 linear weight per id: a table `<feature>_wide` per feature with the feature's rows and hotness, dim 1,
-summed bags, zero start. All of them live in one `EmbeddingCollection`, so one exchange of ids serves
+summed bags, zero start, then one dim-1 table `<A>_x_<B>_wide` per crossed pair of features
+(`--wide_crosses`, `dlrm.model.crosses`). All of them live in one `EmbeddingCollection`, so one exchange of ids serves
 both parts, and the planner, checkpoints and logs see ordinary tables.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Tuple
 
 from dlrm.config import ModelConfig
 from dlrm.features import FeatureContract, TableConfig
+from dlrm.model.crosses import Cross, contract_crosses
 
 WIDE_SUFFIX = "_wide"
 
@@ -31,6 +33,18 @@ def wide_table(table: TableConfig) -> TableConfig:
                        multi_hot=table.multi_hot, initializer="zeros")
 
 
+def model_crosses(model_cfg: ModelConfig, contract: FeatureContract) -> Tuple[Cross, ...]:
+    """The wide part's crossed features (none without a wide part)."""
+    if not has_wide(model_cfg):
+        return ()
+    return contract_crosses(model_cfg.wide_crosses, model_cfg.wide_cross_buckets, contract)
+
+
+def cross_table(cross: Cross) -> TableConfig:
+    """The wide part's weights of one cross: dim 1, one id per row, zero start."""
+    return TableConfig(f"{cross.name}{WIDE_SUFFIX}", cross.rows, 1, hotness=1, combiner="sum", initializer="zeros")
+
+
 def model_tables(model_cfg: ModelConfig, contract: FeatureContract) -> Tuple[TableConfig, ...]:
     """The embedding tables of the model of `model_cfg` for `contract`, in the order of its id columns."""
     if model_cfg.arch != "widedeep":
@@ -38,11 +52,12 @@ def model_tables(model_cfg: ModelConfig, contract: FeatureContract) -> Tuple[Tab
     deep = tuple(dataclasses.replace(t, initializer="glorot_normal") for t in contract.tables) \
         if has_deep(model_cfg) else ()
     wide = tuple(wide_table(t) for t in contract.tables) if has_wide(model_cfg) else ()
-    return deep + wide
+    return deep + wide + tuple(cross_table(c) for c in model_crosses(model_cfg, contract))
 
 
 def id_copies(model_cfg: ModelConfig) -> int:
-    """How many times the batch's id columns are fed side by side to the model's embedding layer."""
+    """How many times the batch's id columns are fed side by side to the model's embedding layer (then
+    one column per cross)."""
     return int(has_deep(model_cfg)) + int(has_wide(model_cfg))
 
 

@@ -7,9 +7,11 @@
 
 Both parts read the same ids: the batch's id columns are fed twice side by side into one
 `EmbeddingCollection` holding the deep tables then the wide ones (`dlrm.model.tables.model_tables`),
-so one exchange serves both. `--model_type wide|deep` keeps only that part (its tables, its
-variables). Dropout masks are keyed by the dataset row (`dlrm.model.dropout`), so N ranks drop exactly
-what one process drops. With `xla=True` the dense part (both parts after the lookup) is compiled.
+so one exchange serves both; the wide part's crossed features (`--wide_crosses`) add one id column each,
+computed from the batch's ids before the lookup (`dlrm.model.cross_ids`). `--model_type wide|deep` keeps
+only that part (its tables, its variables). Dropout masks are keyed by the dataset row
+(`dlrm.model.dropout`), so N ranks drop exactly what one process drops. With `xla=True` the dense part
+(both parts after the lookup) is compiled.
 """
 from __future__ import annotations
 
@@ -21,11 +23,12 @@ from dlrm.config import ModelConfig
 from dlrm.embedding.base import EmbeddingCollection
 from dlrm.features import FeatureContract
 from dlrm.model.base import EmbeddingModel
+from dlrm.model.cross_ids import embedding_ids
 from dlrm.model.dropout import row_keyed_dropout
 from dlrm.model.mlp import MLP, layer_seed
 from dlrm.model.precision import compute_dtype, keras_policy
 from dlrm.model.shape_rules import check_model_shape
-from dlrm.model.tables import has_deep, has_wide, id_copies, model_tables
+from dlrm.model.tables import has_deep, has_wide, id_copies, model_crosses, model_tables
 
 
 class WideDeepModel(EmbeddingModel):
@@ -48,10 +51,11 @@ class WideDeepModel(EmbeddingModel):
         self.seed = int(model_cfg.seed)
         self.dropout = float(model_cfg.deep_dropout)
         self.copies = id_copies(model_cfg)
+        self.crosses = model_crosses(model_cfg, contract)
         self.deep_width = contract.total_dim if has_deep(model_cfg) else 0
-        # the wide tables come after the deep ones (`model_tables`)
-        self.wide_tables = range(len(expected) - contract.num_tables if has_wide(model_cfg) else len(expected),
-                                 len(expected))
+        # the wide tables (the features', then the crosses') come after the deep ones (`model_tables`)
+        deep_tables = contract.num_tables if has_deep(model_cfg) else 0
+        self.wide_tables = range(deep_tables if has_wide(model_cfg) else len(expected), len(expected))
         self.deep: Optional[MLP] = None
         if has_deep(model_cfg):
             self.deep = MLP(contract.num_numerical + contract.total_dim, tuple(model_cfg.deep_hidden_units) + (1,),
@@ -102,7 +106,7 @@ class WideDeepModel(EmbeddingModel):
 
     def call(self, numerical, categorical, training=False, first_row=None, step=None):
         categorical = tf.convert_to_tensor(categorical, tf.int32)
-        embedded = self.embeddings(tf.concat([categorical] * self.copies, axis=1) if self.copies > 1 else categorical)
+        embedded = self.embeddings(embedding_ids(categorical, self.copies, self.crosses))
         key = None
         if training and first_row is not None and step is not None and self.dropout > 0.0:
             key = tf.stack([tf.cast(step, tf.int64), tf.cast(first_row, tf.int64)])

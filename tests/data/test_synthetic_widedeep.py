@@ -1,5 +1,6 @@
 """Wide & Deep synthetic click log: deterministic, one click per display of 2..12 ads, the reference's
-day split, the reference's features, Bayes values reproduced from the ground truth, both signals matter."""
+day split, the reference's features, Bayes values reproduced from the ground truth, every signal matters (the
+per-id and per-pair memorisation, the generalisation)."""
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from dlrm.data.contract import contract_from_spec
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.presets import WIDEDEEP_PRESETS
 from dlrm.data.synthetic_widedeep import GROUND_TRUTH_FILE, generate_widedeep, is_widedeep_generated
-from dlrm.data.synthetic_widedeep_model import WideDeepTruth
+from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES, WideDeepTruth
 from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
 from dlrm.metrics import exact_auc, log_loss_from_logits, map_at_k
 from tests.support import ROOT
@@ -115,15 +116,18 @@ def test_bayes_values_reproduce_from_the_ground_truth(log):
     logits = np.log(p) - np.log1p(-p)
     assert exact_auc(test.label, logits) == pytest.approx(meta["bayes_auc"], abs=1e-9)
     assert log_loss_from_logits(test.label, logits) == pytest.approx(meta["bayes_logloss"], rel=1e-6)
-    ablated = map_at_k(test.group, test.label, truth.scores(test.numerical, test.categorical, ["memorisation"]))
-    assert ablated == pytest.approx(meta["ablation_map_at_12"]["without_memorisation"], abs=1e-12)
+    for part in ("memorisation", "pair_memorisation"):
+        ablated = map_at_k(test.group, test.label, truth.scores(test.numerical, test.categorical, [part]))
+        assert ablated == pytest.approx(meta["ablation_map_at_12"][f"without_{part}"], abs=1e-12)
 
 
 def test_both_signals_matter(log):
     _, spec, _, _ = log
     bayes, ablation = spec.metadata["bayes_map_at_12"], spec.metadata["ablation_map_at_12"]
-    for name in ("without_memorisation", "without_generalisation", "linear_only"):
+    for name in ("without_memorisation", "without_pair_memorisation", "without_generalisation", "linear_only"):
         assert ablation[name] < bayes - 0.02, name
+    assert ablation["linear_only"] < ablation["linear_with_crosses"] - 0.02  # what the crosses add to a linear model
+    assert spec.metadata["pair_features"] == [list(pair) for pair in PAIR_FEATURES]
     assert ablation["without_numerical_nonlinear"] < bayes - 0.01  # a smaller part, for the deep MLP too
     assert ablation["chance"] < min(ablation.values()) + 1e-9 and bayes > 0.7
 

@@ -77,14 +77,15 @@ def test_multi_hot_dcnv2_checkpoint_scores_like_the_trainer(tmp_path):
 
 @pytest.mark.slow
 def test_wide_and_deep_checkpoint_scores_like_the_trainer(tmp_path):
-    """Wide & Deep on the mixed dataset: the deep and the `_wide` tables, FTRL and RMSProp state left out,
-    dropout off when serving."""
+    """Wide & Deep on the mixed dataset: the deep and the `_wide` tables, two crosses (one exact, one hashed:
+    serving computes the same cross ids), FTRL and RMSProp state left out, dropout off when serving."""
     write_mixed(tmp_path / "data", 400, seed=4, mappings=("train", "test"))
     flags = ["--dataset_path", str(tmp_path / "data"), "--arch", "widedeep", "--embedding_dim", "4",
              "--deep_hidden_units", "8", "8", "--global_batch_size", "64", "--eval_batch_size", "96",
              "--max_steps", "5", "--linear_learning_rate", "0.1", "--deep_learning_rate", "0.01",
-             "--deep_warmup_epochs", "0", "--intra_op_threads", "2",
-             "--run_dir", str(tmp_path / "run"), "--save_checkpoint_path", str(tmp_path / "ckpt")]
+             "--deep_warmup_epochs", "0", "--intra_op_threads", "2", "--wide_crosses", "cat_0:cat_1,cat_2:cat_1",
+             "--wide_cross_buckets", "2048", "--run_dir", str(tmp_path / "run"),
+             "--save_checkpoint_path", str(tmp_path / "ckpt")]
     _train("widedeep", flags)
     _export("--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "served"), "--onnx")
     _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), flags, with_onnx=True))

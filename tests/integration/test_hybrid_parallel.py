@@ -68,6 +68,9 @@ def assert_same_training(base: str, ref_base: str, world: int, optimizers: list)
         if optimizer == WIDEDEEP:  # both parts trained: FTRL's slots on the wide tables, RMSprop's on the deep ones
             assert {"embedding/cat_0_wide/linear", "embedding/cat_0/rms"} <= set(want), sorted(want)[:10]
             assert np.any(want["embedding/cat_0_wide/value"])
+            assert want["embedding/cat_8_x_cat_12_wide/value"].shape == (400, 1)
+            for cross in ("cat_3_x_cat_5_wide", "cat_8_x_cat_12_wide"):
+                assert np.any(want[f"embedding/{cross}/value"]), cross
         # The comparison is not between two untouched initialisations: the rows of table 0 looked up
         # in these steps moved, the others (most of its 1500) still hold exactly their initial values.
         initial = initial_table_values(TABLE_ORDER.index("cat_0"), CARDINALITIES[0], DIM, SEED,

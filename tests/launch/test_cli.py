@@ -9,6 +9,7 @@ import pytest
 
 from dlrm.cli import DEMO_PRESET, WIDEDEEP_DEMO_PRESET, WIDEDEEP_PRESET, build_parser, parse_config
 from dlrm.config import Config
+from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES
 from dlrm.embedding.planner import parse_bytes
 from dlrm.errors import UsageError
 from tests.support import ROOT
@@ -119,6 +120,10 @@ def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
                       "--linear_initial_accumulator", "1e-6",
                       "--num_epochs", "3", "--eval_batch_size", "4096", "--benchmark"])
     assert (c.model.deep_hidden_units, c.model.deep_dropout, c.model.model_type) == ((64, 32), 0.0, "deep")
+    assert c.model.wide_crosses == () and c.model.wide_cross_buckets == 1 << 20  # none: NVIDIA's TF2 config
+    crossed = parse_config(["--arch", "widedeep", "--dataset_path", "/d", "--wide_crosses", "ad_id:platform, a:b",
+                            "--wide_cross_buckets", "4096"]).model
+    assert (crossed.wide_crosses, crossed.wide_cross_buckets) == ((("ad_id", "platform"), ("a", "b")), 4096)
     o = c.optimizer
     assert (o.linear_learning_rate, o.deep_learning_rate, o.deep_warmup_epochs, o.deep_optimizer) == \
         (0.1, 0.001, 1.0, "adagrad")
@@ -131,8 +136,28 @@ def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
     assert evaluate.data.synthetic_preset == "widedeep_tiny" and evaluate.model.bottom_mlp == Config().model.bottom_mlp
 
 
+def test_the_widedeep_demo_crosses_the_generators_pairs_unless_told_otherwise():
+    assert parse_config(["--arch", "widedeep"]).model.wide_crosses == PAIR_FEATURES
+    assert parse_config(["--arch", "widedeep", "--model_type", "wide"]).model.wide_crosses == PAIR_FEATURES
+    assert parse_config(["--arch", "widedeep", "--model_type", "deep"]).model.wide_crosses == ()  # no wide part
+    assert parse_config(["--arch", "widedeep", "--wide_crosses", "ad_id:platform"]).model.wide_crosses == \
+        (("ad_id", "platform"),)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--deep_dropout", "1"], "argument --deep_dropout: expected a rate in [0, 1), got '1'"),
+    (["--arch", "widedeep", "--wide_crosses", "ad_id:ad_id"], "argument --wide_crosses: 'ad_id:ad_id' crosses "
+     "feature 'ad_id' with itself"),
+    (["--arch", "widedeep", "--wide_crosses", "a:b,c:d,b:a"], "argument --wide_crosses: the pair b:a is listed twice"),
+    (["--arch", "widedeep", "--wide_crosses", "a:b,a:b"], "argument --wide_crosses: the pair a:b is listed twice"),
+    (["--arch", "widedeep", "--wide_crosses", "a:b:c"], "argument --wide_crosses: expected feature pairs A:B "
+     "separated by ',' (e.g. ad_id:geo_location_state), got 'a:b:c'"),
+    (["--arch", "widedeep", "--wide_crosses", "a:b,"], "got '' in 'a:b,'"),
+    (["--arch", "widedeep", "--wide_cross_buckets", "0"], "argument --wide_cross_buckets: expected a positive integer"),
+    (["--arch", "widedeep", "--wide_cross_buckets", str(2**31)], "--wide_cross_buckets must be in [1, 2147483647]"),
+    (["--wide_crosses", "a:b"], "they need --arch widedeep and --model_type wide or wide_n_deep (got --arch dlrm)"),
+    (["--arch", "widedeep", "--model_type", "deep", "--wide_crosses", "a:b"],
+     "(got --arch widedeep --model_type deep)"),
     (["--model_type", "linear"], "argument --model_type: invalid choice"),
     (["--arch", "widedeep", "--num_epochs", "2", "--deep_warmup_epochs", "3"],
      "--deep_warmup_epochs (3) must not exceed --num_epochs (2)"),

@@ -32,9 +32,11 @@ TRAIN_ROWS = 23  # batches of 7, 7, 7, 2
 STEPS = 4
 OPTIMIZERS = {"sgd": "0.5", "adagrad": "0.1"}
 # A Wide & Deep run beside the optimizers' (FTRL + RMSprop, dropout 0.1 with row-keyed masks): its deep tables
-# in the same layouts, its dim-1 wide tables of <= 48 rows replicated, the others whole.
+# in the same layouts, its dim-1 wide tables of <= 48 rows replicated, the others whole, and two crosses in
+# the wide part (125 pairs exact; 3000 hashed into 400 rows): their ids travel in the exchange like any other.
 WIDEDEEP = "widedeep"
 WIDEDEEP_FLAGS = ["--arch", "widedeep", "--deep_hidden_units", "16", "8", "--deep_dropout", "0.1",
+                  "--wide_crosses", "cat_3:cat_5,cat_8:cat_12", "--wide_cross_buckets", "400",  # exact, hashed
                   "--linear_learning_rate", "0.2", "--deep_learning_rate", "0.05", "--deep_warmup_epochs", "0.25"]
 # Deep tables of DIM columns with two slots (FTRL's count, the planner's figure for the run) plus the wide tables:
 # cat_0 (1500 rows) stays over one rank's budget, all tables fit on two ranks.

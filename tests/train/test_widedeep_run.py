@@ -1,6 +1,7 @@
 """`--arch widedeep` through the trainer's real path (flags -> `modes.run`, as main.py): it trains on a
-small one-hot / multi-hot dataset, logs both learning rates and the parameter count, checkpoints both
-optimizer groups' slots and state, resumes bit-identically, evaluates, and times steps with --benchmark."""
+small one-hot / multi-hot dataset (with two crossed features in the wide part), logs both learning rates
+and the parameter count, checkpoints both optimizer groups' slots and state (the crosses' too), resumes
+bit-identically, evaluates, and times steps with --benchmark."""
 import json
 import os
 import shutil
@@ -19,7 +20,8 @@ ROWS = 400  # batches of 64: 6 full + one of 16 per epoch
 STEPS = 7  # one epoch
 FLAGS = ["--arch", "widedeep", "--embedding_dim", "4", "--deep_hidden_units", "16", "8", "--global_batch_size", "64",
          "--valid_batch_size", "256", "--num_epochs", "1", "--deep_warmup_epochs", "0.5", "--deep_learning_rate",
-         "0.01", "--linear_learning_rate", "0.1", "--log_every", "1", "--intra_op_threads", "2", "--seed", "4"]
+         "0.01", "--linear_learning_rate", "0.1", "--log_every", "1", "--intra_op_threads", "2", "--seed", "4",
+         "--wide_crosses", "cat_0:cat_1,cat_1:cat_2", "--wide_cross_buckets", "4096"]  # one exact, one hashed
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +58,17 @@ def test_trains_logs_both_rates_and_checkpoints_both_groups(full_run, capsys):
     meta = checkpoint.read_meta(checkpoint.find_checkpoint(str(root / "ckpt")))
     assert meta["optimizer"]["name"] == "ftrl+rmsprop" and meta["model_shape"]["arch"] == "widedeep"
     names = [t["name"] for t in meta["model_shape"]["tables"]]
-    assert names[6:] == [f"{n}_wide" for n in names[:6]]
+    assert names[6:] == [f"{n}_wide" for n in names[:6]] + ["cat_0_x_cat_1_wide", "cat_1_x_cat_2_wide"]
     arrays = checkpoint.read_arrays(str(root / "ckpt"))
     assert {"embedding/cat_0_wide/accumulator", "embedding/cat_0_wide/linear", "embedding/cat_0/rms"} <= set(arrays)
     assert arrays["embedding/topics_wide/value"].shape == (40, 1)
     assert any(k.endswith("optimizer.wide.iterations") for k in arrays)
     assert any(k.endswith("optimizer.deep.iterations") for k in arrays)
     assert np.any(arrays["embedding/cat_1_wide/value"])  # the wide part moved off zero
+    assert arrays["embedding/cat_0_x_cat_1_wide/value"].shape == (5 * 300, 1)  # exact: every pair its row
+    assert arrays["embedding/cat_1_x_cat_2_wide/value"].shape == (4096, 1)  # hashed
+    for cross in ("cat_0_x_cat_1_wide", "cat_1_x_cat_2_wide"):  # trained by FTRL like the other wide tables
+        assert np.any(arrays[f"embedding/{cross}/value"]) and f"embedding/{cross}/linear" in arrays
 
 
 def test_resume_from_a_mid_run_checkpoint_ends_bit_identical(dataset, full_run, tmp_path):
