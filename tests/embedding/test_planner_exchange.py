@@ -151,6 +151,24 @@ def test_cli_plans_the_wide_and_deep_tables_the_trainer_builds(capsys, model_typ
     assert sorted((t["name"], t["rows"], t["dim"]) for t in plan["tables"]) == sorted(expected)
 
 
+def test_cli_plans_the_cross_tables_of_the_wide_part(capsys):
+    plan = _json_out(capsys, "--table_rows", "50,300,7", "--world_size", "2", "--arch", "widedeep",
+                     "--wide_crosses", "cat_0:cat_1,cat_0:cat_2", "--wide_cross_buckets", "1000")
+    rows = {t["name"]: (t["rows"], t["dim"]) for t in plan["tables"]}
+    assert rows["cat_0_x_cat_1_wide"] == (1000, 1)  # 50 x 300 pairs do not fit in 1000 rows: hashed
+    assert rows["cat_0_x_cat_2_wide"] == (50 * 7, 1)  # they fit: one row per pair
+    assert len(rows) == 3 + 3 + 2
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--wide_crosses", "cat_0:cat_9"], "the dataset has no categorical feature 'cat_9'"),
+    (["--arch", "dlrm", "--wide_crosses", "cat_0:cat_1"], "--wide_crosses needs --arch widedeep"),
+])
+def test_cli_refuses_crosses_it_cannot_build(flags, message):
+    with pytest.raises(UsageError, match=message):
+        print_plan(["--table_rows", "10,20", "--world_size", "2", "--arch", "widedeep", *flags])
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--hotness", "1,2"], "argument --hotness: 2 value\\(s\\) given for 3 tables"),
     (["--embedding_dims", "8"], "argument --embedding_dims: 1 value\\(s\\) given for 3 tables"),

@@ -11,7 +11,7 @@ import json
 from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
-from dlrm.argtypes import ArgumentParser, add_debug_flag, count, positive_int, sizes_list
+from dlrm.argtypes import ArgumentParser, add_debug_flag, count, feature_pairs, positive_int, sizes_list
 from dlrm.config import ARCHS, MODEL_TYPES, ModelConfig, ShardingConfig
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness  # pure Python
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
@@ -21,7 +21,8 @@ from dlrm.embedding.planner.describe import describe_exchange, describe_plan, de
 from dlrm.embedding.planner.exchange import exchange_bytes
 from dlrm.embedding.planner.strategies import STRATEGIES
 from dlrm.features import COMBINERS, FeatureContract, TableConfig, one_hot_tables
-from dlrm.model.tables import model_tables  # pure Python
+from dlrm.model.crosses import cross_problems  # pure Python
+from dlrm.model.tables import model_tables
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "per feature for its wide part (default: dlrm)")
     parser.add_argument("--model_type", choices=MODEL_TYPES, default="wide_n_deep",
                         help="with --arch widedeep: the parts the model keeps (default: wide_n_deep)")
+    parser.add_argument("--wide_crosses", type=feature_pairs, default=(),
+                        help="with --arch widedeep: pairs of one-hot features crossed in the wide part, "
+                             "e.g. cat_0:cat_3,cat_1:cat_2 (one table each, as main.py builds them)")
+    parser.add_argument("--wide_cross_buckets", type=positive_int, default=ModelConfig().wide_cross_buckets,
+                        help="rows of a cross table whose pairs do not fit "
+                             f"(default: {ModelConfig().wide_cross_buckets})")
     parser.add_argument("--json", action="store_true", help="print the plan (and estimates) as JSON")
     add_debug_flag(parser)
     return parser
@@ -97,8 +104,14 @@ def print_plan(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.world_size is None and args.global_batch_size is None:
         parser.error("give --world_size (a plan), --global_batch_size (the scaling table), or both")
-    model = ModelConfig(arch=args.arch, model_type=args.model_type)
-    tables = model_tables(model, FeatureContract("label", (), tables_from_args(parser, args)))
+    model = ModelConfig(arch=args.arch, model_type=args.model_type, wide_crosses=args.wide_crosses,
+                        wide_cross_buckets=args.wide_cross_buckets)
+    contract = FeatureContract("label", (), tables_from_args(parser, args))
+    if args.wide_crosses and (args.arch != "widedeep" or args.model_type == "deep"):
+        parser.error("--wide_crosses needs --arch widedeep with a wide part (--model_type wide or wide_n_deep)")
+    for problem in cross_problems(args.wide_crosses, contract):
+        parser.error(problem)
+    tables = model_tables(model, contract)
     sharding = ShardingConfig(
         strategy=args.sharding_strategy,
         rank_memory_bytes=args.rank_memory,
