@@ -228,8 +228,8 @@ def _table(r: dict, facts: dict) -> list[str]:
               f"(stage medians: {stages}).", "",
               (f"Stage time local[1] / local[{r['spark_master'][6:-1]}]: {scaling:.2f}x." if scaling else ""), "",
               "Linear extrapolation of the Spark stages to 4.37B rows at the local[N] rate per core (assumes "
-              "per-core throughput holds; the chunking shuffle and the large-dictionary joins spill at that size, "
-              "so read these as lower bounds):", "",
+              "per-core throughput holds; the one shuffle then goes through --local_dir disks and, on a cluster, "
+              "the network, so read these as lower bounds):", "",
               "| cores | hours |", "|---|---|"]
     return lines + [f"| {n} | {h} |" for n, h in r["extrapolated_hours_4_37B_rows_by_cores"].items()]
 

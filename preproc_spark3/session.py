@@ -19,11 +19,6 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.executor.memory": settings.executor_memory,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.files.maxPartitionBytes": settings.max_partition_bytes,
-        # Bad casts give null (which the validation turns into a quarantined line), never an exception.
-        "spark.sql.ansi.enabled": "false",
-        # The large-dictionary joins (up to 26) make a large plan; constraint propagation then dominates planning
-        # (measured ~3x slower writes) and infers nothing useful here.
-        "spark.sql.constraintPropagation.enabled": "false",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.parquet.compression.codec": "snappy",
