@@ -33,9 +33,7 @@ KIND_FIELD_COUNT, KIND_LABEL, KIND_INTEGER, KIND_CATEGORICAL = "field_count", "l
 _INTEGER_FIELD = re.compile(_INT)
 _HEX_FIELD = re.compile(_HEX)
 
-_HEX_DIGIT = np.zeros(256, dtype=np.int64)
-for _c in "0123456789abcdef":
-    _HEX_DIGIT[ord(_c)] = _HEX_DIGIT[ord(_c.upper())] = int(_c, 16)
+_LOW_NIBBLES, _ONES, _ALL = np.uint64(0x0F0F0F0F0F0F0F0F), np.uint64(0x0101010101010101), np.uint64(2**64 - 1)
 
 
 def line_problem(text: str) -> Optional[tuple[str, str]]:
@@ -57,13 +55,22 @@ def line_problem(text: str) -> Optional[tuple[str, str]]:
 
 def _hex_values(offsets: tuple[np.ndarray, np.ndarray], data: np.ndarray) -> np.ndarray:
     """Fields of 0-8 hex digits, given by their start/end byte offsets [n, k] into `data` -> int64 values
-    (the hash read as an unsigned number); an empty field -> MISSING."""
+    (the hash read as an unsigned number); an empty field -> MISSING.
+
+    Each field's last 8 bytes are read as one big-endian 64-bit word (an unaligned strided view), and the
+    digits are combined inside the word (SWAR), so every step is one numpy pass over the fields."""
     starts, ends = offsets
-    values = np.zeros(starts.shape, dtype=np.int64)
-    for k in range(8):  # the k-th of the last 8 characters, '0' before the field's start
-        position = ends - 8 + k
-        inside = position >= starts
-        values = (values << 4) | np.where(inside, _HEX_DIGIT[data[np.maximum(position, 0)]], 0)
+    padded = np.concatenate([np.zeros(8, dtype=np.uint8), data])
+    words: np.ndarray = np.ndarray(shape=(len(data) + 1,), dtype=">u8", buffer=padded, strides=(1,))  # data[j-8:j]
+    word = words[ends.ravel()].astype(np.uint64)
+    digits = (word & _LOW_NIBBLES) + ((word >> np.uint64(6)) & _ONES) * np.uint64(9)  # '0'-'9', a-f, A-F
+    lengths = (ends - starts).ravel().astype(np.uint64)
+    keep = np.where(lengths >= 8, _ALL, (np.uint64(1) << (np.uint64(8) * np.minimum(lengths, 7))) - np.uint64(1))
+    x = digits & keep  # bytes before the field's start -> 0
+    x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
+    x = (x | (x >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
+    x = (x | (x >> np.uint64(16))) & np.uint64(0x00000000FFFFFFFF)
+    values = x.astype(np.int64).reshape(starts.shape)
     values[starts == ends] = MISSING
     return values
 

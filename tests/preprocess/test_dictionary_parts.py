@@ -44,3 +44,15 @@ def test_lookup_gives_ids_of_kept_values_and_zero_for_missing_and_unseen(tmp_pat
     np.testing.assert_array_equal(lookup.ids(1, raw), [0] * 6)  # a feature with no kept value
     table = pq.read_table(parquet / "part-00000.parquet").to_pydict()  # the readers' parquet: rows in id order
     assert table == {"feature": [0, 0, 0], "value": [2**32 - 1, 5, 9], "count": [9, 4, 4], "id": [1, 2, 3]}
+
+
+def test_lookup_of_a_large_table_matches_a_dict(tmp_path):
+    rng = np.random.default_rng(1)
+    values = np.unique(rng.integers(0, 2**32, 6000))
+    dictionary = build_feature([(values, rng.integers(1, 50, len(values)))], threshold=10)
+    write_feature(dictionary, 0, str(tmp_path), str(tmp_path))
+    query = np.concatenate([rng.choice(values, 3000), rng.integers(0, 2**32, 100), [-1, -1]])
+    expected = dict(zip(dictionary.values.tolist(), dictionary.ids.tolist()))
+    got = IdLookup.open(str(tmp_path), features=1).ids(0, query)
+    np.testing.assert_array_equal(got, [expected.get(v, 0) for v in query.tolist()])
+    assert len(dictionary.values) > 4096  # the sorted-query path
