@@ -7,7 +7,8 @@ numpy, its shuffle key (Spark's xxhash64, preproc_spark3.shuffle_key), its outpu
 the dictionary, which needs every task's counts). The task emits (partition, blob) records:
 - partition 0: the split's malformed lines (day, line, file, kind, reason, raw line);
 - partition 1 + f: the (value, count) pairs of feature f over the split's dictionary-day rows;
-- partition 1 + 26 + c: the split's rows of output chunk c (CHUNK_COLUMNS; categoricals packed).
+- partition 1 + 26 + c: the split's rows of output chunk c (CHUNK_COLUMNS; categoricals packed), one blob
+  per FLUSH_ROWS rows parsed.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from preproc_spark3.shuffle_key import shuffle_keys
 from preproc_spark3.validate import parse_lines
 
 QUARANTINE_PARTITION = 0
+FLUSH_ROWS = 262_144  # a task sends its rows at least this often (one blob per chunk): bounded memory
 CHUNK_COLUMNS = ("shuffle_key", "day", "line", "label", "numerical", "categorical", "missing")
 
 
@@ -73,6 +75,20 @@ def transform_numericals(integers: np.ndarray, log_offset: float) -> np.ndarray:
     return np.log(np.maximum(integers, 0).astype(np.float64) + float(log_offset)).astype(np.float32)
 
 
+def _by_chunk(parts: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """Blocks' rows (chunk ids, columns) -> one blob per destination chunk."""
+    if not parts:
+        return
+    chunk = np.concatenate([c for c, _ in parts])
+    columns = {name: np.concatenate([p[name] for _, p in parts]) for name in CHUNK_COLUMNS}
+    order = np.argsort(chunk, kind="stable")
+    chunk = chunk[order]
+    cuts = [0, *(np.flatnonzero(chunk[1:] != chunk[:-1]) + 1).tolist(), len(chunk)]
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        rows = order[a:b]
+        yield Partitions.chunk(int(chunk[a])), {name: values[rows] for name, values in columns.items()}
+
+
 @dataclass(frozen=True)
 class ParseJob:
     """What every parse task needs (shipped once with the task closure)."""
@@ -91,6 +107,8 @@ class ParseJob:
         counter = ValueCounter()
         bad: dict[str, list] = {"line": [], "kind": [], "reason": [], "raw_line": []}
         next_line = self.first_lines[split.index]
+        pending: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []  # rows not sent yet, per block
+        pending_rows = 0
         for block in line_blocks(split):
             lines = lines_array(block)
             parsed = parse_lines(lines)
@@ -114,12 +132,12 @@ class ParseJob:
             columns = {"shuffle_key": key, "day": day, "line": line, "label": parsed.label.astype(np.float32),
                        "numerical": transform_numericals(parsed.integers, config.log_offset),
                        "categorical": values, "missing": missing}
-            order = np.argsort(chunk, kind="stable")
-            chunk = chunk[order]
-            cuts = [0, *(np.flatnonzero(chunk[1:] != chunk[:-1]) + 1).tolist(), len(chunk)]
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                rows = order[a:b]
-                yield Partitions.chunk(int(chunk[a])), {name: values[rows] for name, values in columns.items()}
+            pending.append((chunk, columns))
+            pending_rows += len(chunk)
+            if pending_rows >= FLUSH_ROWS:
+                yield from _by_chunk(pending)
+                pending, pending_rows = [], 0
+        yield from _by_chunk(pending)
         yield QUARANTINE_PARTITION, {"day": split.day, "file": split.file_name,
                                      "line": np.concatenate(bad["line"]) if bad["line"] else np.zeros(0, np.int64),
                                      "kind": bad["kind"], "reason": bad["reason"], "raw_line": bad["raw_line"]}
