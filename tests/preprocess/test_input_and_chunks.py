@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from preproc_spark3.chunks import ChunkLayout, chunk_ids
@@ -68,3 +69,23 @@ def test_categorical_packing_round_trips():
 
     values = np.array([[0, -1, 2**32 - 1] + [5] * 23, [-1] * 26], dtype=np.int64)
     np.testing.assert_array_equal(unpack_categorical(*pack_categorical(values)), values)
+
+
+def test_vectorised_check_agrees_with_the_field_checks():
+    """parse_lines keeps exactly the lines line_problem finds no problem with (fields at every position)."""
+    from preproc_spark3.validate import line_problem, parse_lines
+
+    good = ["1", *["-12", "", "0", "123456789012345678"] * 3, "7", *["", "0", "aBcD", "ffffffff"] * 6, "12", "a"]
+    variants = [good]
+    bad_fields = ["", "2", "01", "-", "--1", "1-", "1234567890123456789", "+1", " 1", "1.5", "x", "123456789",
+                  "g", "-1a", "ééé", "0x1"]
+    for position in (0, 1, 13, 14, 39):
+        for field in bad_fields:
+            variants.append(good[:position] + [field] + good[position + 1:])
+    variants += [good[:-1], good + [""], ["\\t".join(good)], [""]]
+    lines = pa.array(["\t".join(v) for v in variants])
+    parsed = parse_lines(lines)
+    assert parsed.good.tolist() == [line_problem(text) is None for text in lines.to_pylist()]
+    assert parsed.good[0] and len(parsed.bad_rows) > 40
+    np.testing.assert_array_equal(parsed.integers[0], [-12, 0, 0, 123456789012345678] * 3 + [7])
+    assert parsed.categorical[0].tolist() == [-1, 0, 0xABCD, 0xFFFFFFFF] * 6 + [0x12, 0xA]
