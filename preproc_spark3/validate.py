@@ -7,9 +7,8 @@ categorical field may be empty (missing). Anything else is malformed: the row ke
 quarantined instead of being used.
 
 The parse runs in the parse tasks (preproc_spark3.parse_job) on Arrow strings, vectorised with pyarrow
-compute and numpy: the lines are split at tabs once, every field of every line is checked at once
-from byte classes (`_well_formed`), and only lines failing it get the field-by-field check
-(`line_problem`) that names their first problem.
+compute and numpy: one whole-line regex decides well-formedness, and only lines failing it get the
+field-by-field check (`line_problem`) that names their first problem.
 """
 from __future__ import annotations
 
@@ -25,18 +24,15 @@ _INT = r"-?[0-9]{1,18}"
 _HEX = r"[0-9a-fA-F]{1,8}"
 INTEGER_PATTERN = f"^{_INT}$"
 HEX_PATTERN = f"^{_HEX}$"
+# The whole of a well-formed line in one pattern (fields may be empty).
+LINE_PATTERN = (rf"^[01](\t({_INT})?){{{len(NUMERICAL_COLUMNS)}}}"
+                rf"(\t({_HEX})?){{{len(CATEGORICAL_COLUMNS)}}}$")
 SHOWN_CHARS = 32  # how much of a bad field a reason quotes
 
 KIND_FIELD_COUNT, KIND_LABEL, KIND_INTEGER, KIND_CATEGORICAL = "field_count", "label", "integer", "categorical"
 _INTEGER_FIELD = re.compile(_INT)
 _HEX_FIELD = re.compile(_HEX)
 
-_IS_DIGIT, _IS_HEX = 1, 2  # byte classes
-_CLASS = np.zeros(256, dtype=np.uint8)
-for _c in "0123456789":
-    _CLASS[ord(_c)] = _IS_DIGIT | _IS_HEX
-for _c in "abcdefABCDEF":
-    _CLASS[ord(_c)] = _IS_HEX
 _LOW_NIBBLES, _ONES, _ALL = np.uint64(0x0F0F0F0F0F0F0F0F), np.uint64(0x0101010101010101), np.uint64(2**64 - 1)
 
 
@@ -105,58 +101,33 @@ class ParsedLines:
     reasons: list[str]
 
 
-def _well_formed(starts: np.ndarray, ends: np.ndarray, data: np.ndarray) -> np.ndarray:
-    """Rows of RAW_FIELD_COUNT fields (byte offsets [m, 40] into `data`) -> bool [m]: every field as the
-    rules say. Counts of non-digit / non-hex bytes per field come from running sums over `data`."""
-    lengths = ends - starts
-    classes = _CLASS[data]
-    not_digit = np.concatenate([[0], np.cumsum((classes & _IS_DIGIT) == 0, dtype=np.int32)])
-    not_hex = np.concatenate([[0], np.cumsum((classes & _IS_HEX) == 0, dtype=np.int32)])
-    first = data[np.minimum(starts, len(data) - 1)]
-    label_ok = (lengths[:, 0] == 1) & ((first[:, 0] == ord("0")) | (first[:, 0] == ord("1")))
-    ints = slice(1, 1 + len(NUMERICAL_COLUMNS))
-    length = lengths[:, ints]
-    sign = (length > 0) & (first[:, ints] == ord("-"))
-    digits = length - sign
-    int_ok = (length == 0) | ((not_digit[ends[:, ints]] - not_digit[starts[:, ints]] == sign)
-                              & (digits >= 1) & (digits <= 18))
-    cats = slice(1 + len(NUMERICAL_COLUMNS), None)
-    hex_ok = (lengths[:, cats] <= 8) & (not_hex[ends[:, cats]] == not_hex[starts[:, cats]])
-    return label_ok & int_ok.all(axis=1) & hex_ok.all(axis=1)
-
-
 def parse_lines(lines) -> ParsedLines:
     """Arrow strings (one raw line each, no terminator) -> ParsedLines."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    fields = pc.split_pattern(lines, "\t")
-    counts = pc.list_value_length(fields).to_numpy(zero_copy_only=False)
-    list_offsets = np.frombuffer(fields.buffers()[1], dtype=np.int32)[fields.offset:fields.offset + len(fields) + 1]
-    values = fields.values  # every field of every line; list_offsets index into it
-    bounds = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:values.offset + len(values) + 1]
-    chars = values.buffers()[2]
-    data = np.frombuffer(chars, dtype=np.uint8) if chars is not None else np.zeros(0, dtype=np.uint8)
-    if not len(data):
-        data = np.zeros(1, dtype=np.uint8)  # every field empty: nothing to read, but indexing needs a byte
-    candidates = np.flatnonzero(counts == RAW_FIELD_COUNT)
-    field = list_offsets[candidates][:, None] + np.arange(RAW_FIELD_COUNT, dtype=np.int32)
-    starts, ends = bounds[field], bounds[field + 1]
-    ok = _well_formed(starts, ends, data)
-    good = np.zeros(len(lines), dtype=bool)
-    good[candidates[ok]] = True
+    good = pc.match_substring_regex(lines, LINE_PATTERN).to_numpy(zero_copy_only=False)
     bad_rows = np.flatnonzero(~good)
     problems = []
     for i in bad_rows:
         problem = line_problem(lines[int(i)].as_py())
-        if problem is None:  # the vectorised check and the field checks disagree: a bug, not bad data
-            raise AssertionError(f"line {lines[int(i)].as_py()!r} fails the vectorised check but no field check")
+        if problem is None:  # the whole-line pattern and the field checks disagree: a bug, not bad data
+            raise AssertionError(f"line {lines[int(i)].as_py()!r} fails {LINE_PATTERN!r} but no field check")
         problems.append(problem)
     kinds, reasons = [k for k, _ in problems], [r for _, r in problems]
-    starts, ends, field = starts[ok], ends[ok], field[ok]
+    if not good.any():
+        return ParsedLines(good, np.zeros(0, dtype=np.int8), np.zeros((0, len(NUMERICAL_COLUMNS)), dtype=np.int64),
+                           np.zeros((0, len(CATEGORICAL_COLUMNS)), dtype=np.int64), bad_rows, kinds, reasons)
+    kept = lines if not len(bad_rows) else pc.filter(lines, pa.array(good))
+    n = len(kept)
+    flat = pc.split_pattern(kept, "\t").flatten()  # RAW_FIELD_COUNT fields per line
+    bounds = np.frombuffer(flat.buffers()[1], dtype=np.int32)[flat.offset:flat.offset + len(flat) + 1]
+    data = np.frombuffer(flat.buffers()[2], dtype=np.uint8)
+    starts = bounds[:-1].reshape(n, RAW_FIELD_COUNT)
+    ends = bounds[1:].reshape(n, RAW_FIELD_COUNT)
     first_categorical = 1 + len(NUMERICAL_COLUMNS)
-    label = (data[np.minimum(starts[:, 0], len(data) - 1)] - ord("0")).astype(np.int8)
-    integers = np.stack([_integers(pc.take(values, pa.array(field[:, i]))) for i in range(1, first_categorical)],
-                        axis=1).reshape(len(field), len(NUMERICAL_COLUMNS))
+    label = (data[starts[:, 0]] - ord("0")).astype(np.int8)
+    stride = np.arange(n, dtype=np.int64) * RAW_FIELD_COUNT
+    integers = np.stack([_integers(pc.take(flat, pa.array(stride + i))) for i in range(1, first_categorical)], axis=1)
     categorical = _hex_values((starts[:, first_categorical:], ends[:, first_categorical:]), data)
     return ParsedLines(good, label, integers, categorical, bad_rows, kinds, reasons)
