@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -52,20 +51,14 @@ VOCABULARY_SIZES = [300_000, 20_000, 10_000, 5_000, 10_000, 4, 5_000, 1_000, 60,
                     2_000, 8_000, 100, 4, 900, 15, 300_000, 150_000, 250_000, 30_000, 8_000, 90, 35]
 
 
-def _children_cpu_seconds() -> float:
-    """User + system CPU time of every finished descendant this process (and they) waited for."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def measure(cmd: list[str], env: dict, timeout: float) -> dict:
-    """Run `cmd`; wall time, peak RSS summed over the process tree (sampled every 50 ms) and the CPU time
-    of the whole tree (every process in it is reaped by its parent, so the rusage of children covers it:
-    less load-dependent than the wall time on a shared machine)."""
-    cpu_before = _children_cpu_seconds()
+    """Run `cmd`; wall time, and sampled every 50 ms over the process tree: peak RSS (summed) and CPU time
+    (user + system, each process's last sample; less load-dependent than the wall time on a shared
+    machine, and it misses at most the last 50 ms of each process)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
+    cpu: dict[int, float] = {}
     done = threading.Event()
 
     def sample():
@@ -74,6 +67,9 @@ def measure(cmd: list[str], env: dict, timeout: float) -> dict:
             try:
                 tree = [root] + root.children(recursive=True)
                 peak[0] = max(peak[0], sum(p.memory_info().rss for p in tree if p.is_running()))
+                for p in tree:
+                    times = p.cpu_times()
+                    cpu[p.pid] = times.user + times.system
             except psutil.Error:
                 pass
             done.wait(0.05)
@@ -91,7 +87,7 @@ def measure(cmd: list[str], env: dict, timeout: float) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
     return {"seconds": seconds, "peak_rss_bytes": peak[0], "stdout": out,
-            "cpu_seconds": _children_cpu_seconds() - cpu_before}
+            "cpu_seconds": sum(cpu.values())}
 
 
 def compare_outputs(spark_dir: Path, base_dir: Path) -> dict:
