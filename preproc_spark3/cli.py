@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spill / shuffle directory (fast local disk with room for ~2x the input)")
     s.add_argument("--max_partition_bytes", default=_env("PREPROC_MAX_PARTITION_BYTES",
                                                          _SPARK_DEFAULTS.max_partition_bytes),
-                   help="bytes of an uncompressed day file per parse task, e.g. 128m (a .gz/.bz2 file is one task)")
+                   help="at most this many bytes of an uncompressed day file per parse task, e.g. 128m (less for "
+                        "small inputs: 4 tasks per slot; a .gz/.bz2 file is one task)")
     s.add_argument("--spark_conf", action="append", default=[], metavar="KEY=VALUE",
                    help="any other Spark property (repeatable), applied last")
     g = p.add_argument_group("GPU (RAPIDS Accelerator for Apache Spark)")

@@ -32,7 +32,7 @@ from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConf
 from preproc_spark3.dictionary_job import DictionaryJob, collect_results
 from preproc_spark3.parse_job import ParseJob, Partitions
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction
-from preproc_spark3.raw_input import find_day_files, plan_splits, split_line_count
+from preproc_spark3.raw_input import find_day_files, plan_splits, split_bytes, split_line_count
 from preproc_spark3.session import start_session
 from preproc_spark3.to_binary import ChunkJob, assemble_splits
 
@@ -96,7 +96,8 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     shutil.rmtree(work, ignore_errors=True)
     try:  # success or failure (too many malformed lines, ...): drop the intermediate
         with _stage("count", seconds):  # lines per input split: line numbers, eval-day halves, chunks
-            splits = plan_splits(day_files, parse_bytes(config.spark.max_partition_bytes))
+            size = split_bytes(day_files, parse_bytes(config.spark.max_partition_bytes), sc.defaultParallelism)
+            splits = plan_splits(day_files, size)
             counts = sc.parallelize(splits, len(splits)).map(split_line_count).collect()
             lines_per_day = {day: 0 for day in day_files}
             first_lines, next_line = [], {day: 1 for day in day_files}

@@ -75,6 +75,17 @@ class InputSplit:
         return Path(self.path).name
 
 
+MIN_SPLIT_BYTES = 4 << 20
+TASKS_PER_SLOT = 4  # small inputs: at least this many splits per task slot, so the slots finish together
+
+
+def split_bytes(day_files: dict[int, Path], max_bytes: int, slots: int) -> int:
+    """Bytes per split: `max_bytes`, or less when the input would give fewer than TASKS_PER_SLOT splits
+    per task slot (never below MIN_SPLIT_BYTES)."""
+    total = sum(path.stat().st_size for path in day_files.values())
+    return min(max_bytes, max(MIN_SPLIT_BYTES, total // max(1, TASKS_PER_SLOT * slots)))
+
+
 def plan_splits(day_files: dict[int, Path], max_bytes: int) -> list[InputSplit]:
     """Input splits of all day files in (day, byte) order."""
     splits: list[InputSplit] = []
