@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     # A string default: argparse converts it like a typed value, so a bad env value is a usage error.
     s.add_argument("--shuffle_partitions", type=argtypes.positive_int,
                    default=_env("PREPROC_SHUFFLE_PARTITIONS", str(_SPARK_DEFAULTS.shuffle_partitions)),
-                   help="Spark SQL shuffle partitions (env PREPROC_SHUFFLE_PARTITIONS)")
+                   help="spark.sql.shuffle.partitions (env PREPROC_SHUFFLE_PARTITIONS); the job's own shuffle has one "
+                        "partition per feature and per output chunk")
     s.add_argument("--local_dir", default=_env("PREPROC_LOCAL_DIR", _SPARK_DEFAULTS.local_dir),
                    help="spill / shuffle directory (fast local disk with room for ~2x the input)")
     s.add_argument("--max_partition_bytes", default=_env("PREPROC_MAX_PARTITION_BYTES",
