@@ -18,10 +18,8 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.driver.memory": settings.driver_memory,
         "spark.executor.memory": settings.executor_memory,
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.sql.files.maxPartitionBytes": settings.max_partition_bytes,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.parquet.compression.codec": "snappy",
         # The shuffled blobs are hashes and floats (lz4 gains little) and the JVM only moves bytes: without
         # shuffle compression and with the C1 compiler alone the job used ~25% less CPU (docs/benchmarks.md).
         "spark.shuffle.compress": "false",

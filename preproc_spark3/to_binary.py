@@ -26,7 +26,6 @@ from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS,
 from preproc_spark3.dictionary import IdLookup
 from preproc_spark3.parse_job import CHUNK_COLUMNS, Partitions, unpack_categorical
 
-ORDER_COLUMNS = ("shuffle_key", "day", "line")
 _PART_NUMBER = re.compile(r"part-(\d+)")
 
 
