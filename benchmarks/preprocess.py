@@ -52,10 +52,13 @@ VOCABULARY_SIZES = [300_000, 20_000, 10_000, 5_000, 10_000, 4, 5_000, 1_000, 60,
 
 
 def measure(cmd: list[str], env: dict, timeout: float) -> dict:
-    """Run `cmd`; wall time and peak RSS summed over the process tree (sampled every 50 ms)."""
+    """Run `cmd`; wall time, and sampled every 50 ms over the process tree: peak RSS (summed) and CPU time
+    (user + system, each process's last sample; less load-dependent than the wall time on a shared
+    machine, and it misses at most the last 50 ms of each process)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0]
+    cpu: dict[int, float] = {}
     done = threading.Event()
 
     def sample():
@@ -64,6 +67,9 @@ def measure(cmd: list[str], env: dict, timeout: float) -> dict:
             try:
                 tree = [root] + root.children(recursive=True)
                 peak[0] = max(peak[0], sum(p.memory_info().rss for p in tree if p.is_running()))
+                for p in tree:
+                    times = p.cpu_times()
+                    cpu[p.pid] = times.user + times.system
             except psutil.Error:
                 pass
             done.wait(0.05)
@@ -80,7 +86,8 @@ def measure(cmd: list[str], env: dict, timeout: float) -> dict:
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
-    return {"seconds": seconds, "peak_rss_bytes": peak[0], "stdout": out}
+    return {"seconds": seconds, "peak_rss_bytes": peak[0], "stdout": out,
+            "cpu_seconds": sum(cpu.values())}
 
 
 def compare_outputs(spark_dir: Path, base_dir: Path) -> dict:
@@ -143,7 +150,8 @@ def run_pipeline(name: str, cmd: list[str], work: Path, timeout: float) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT))  # start_session sets PYSPARK_PYTHON and SPARK_LOCAL_IP
     m = measure(cmd, env, timeout)
-    entry = {"seconds": round(m["seconds"], 2), "peak_rss_gib": round(m["peak_rss_bytes"] / 2**30, 3)}
+    entry = {"seconds": round(m["seconds"], 2), "peak_rss_gib": round(m["peak_rss_bytes"] / 2**30, 3),
+             "cpu_seconds": round(m["cpu_seconds"], 2), "load_average_1min": round(os.getloadavg()[0], 2)}
     if name.startswith("spark"):
         report = json.loads((out / "preprocess_report.json").read_text())
         entry["stage_seconds"] = report["stage_seconds"]
@@ -171,6 +179,7 @@ def summarise(a: argparse.Namespace, argv: Optional[list[str]], raw_bytes: int, 
               check: dict) -> dict:
     """The JSON report: medians, speeds, peak memory, and the extrapolation to the full dataset."""
     med = {k: statistics.median(e["seconds"] for e in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(e["cpu_seconds"] for e in v) for k, v in runs.items()}
     med_stages = statistics.median(sum(e["stage_seconds"].values()) for e in runs["spark"])
     stage_medians = {stage: statistics.median(e["stage_seconds"][stage] for e in runs["spark"])
                      for stage in runs["spark"][0]["stage_seconds"]}
@@ -185,7 +194,9 @@ def summarise(a: argparse.Namespace, argv: Optional[list[str]], raw_bytes: int, 
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": cpu_model()},
         "command": command_line("benchmarks/preprocess.py", argv),
         "rows": a.rows, "raw_bytes": raw_bytes, "threshold": a.threshold, "spark_master": f"local[{a.cores}]",
-        "runs": runs, "median_seconds": med, "rows_per_second": rate,
+        "runs": runs, "median_seconds": med, "rows_per_second": rate, "median_cpu_seconds": cpu,
+        "load_average_1min_range": [min(e["load_average_1min"] for v in runs.values() for e in v),
+                                    max(e["load_average_1min"] for v in runs.values() for e in v)],
         "spark_over_baseline_speed": rate["spark"] / rate["baseline"],
         "spark_stage_seconds_median": med_stages, "spark_stage_seconds_medians_by_stage": stage_medians,
         "spark_rows_per_second_per_core_excluding_jvm_start": per_core,
@@ -212,14 +223,17 @@ def _table(r: dict, facts: dict) -> list[str]:
              f"{r['rows']:,} raw rows ({r['raw_bytes'] / 2**20:.0f} MiB), threshold {r['threshold']}, "
              f"median of {len(r['runs']['spark'])} alternating runs each; outputs agree: "
              f"{all(v for k, v in r['outputs_agree'].items() if k != 'rows')}", "",
-             "| pipeline | median s | rows/s | peak RSS (process tree) |", "|---|---|---|---|"]
+             f"1-minute load average after the runs: {r['load_average_1min_range'][0]:.1f}-"
+             f"{r['load_average_1min_range'][1]:.1f} (2 cores, shared)", "",
+             "| pipeline | median s | rows/s | median CPU s (process tree) | peak RSS (process tree) |",
+             "|---|---|---|---|---|"]
     for name, label in (("spark", f"Spark {r['spark_master']} (full job incl. JVM start)"),
                         ("baseline", "pyarrow/numpy, 1 process, in memory"),
                         ("spark_local1", "Spark local[1] (full job incl. JVM start)")):
         if name not in r["median_seconds"]:
             continue
         lines.append(f"| {label} | {r['median_seconds'][name]:.1f} | {r['rows_per_second'][name]:,.0f} | "
-                     f"{r['peak_rss_gib'][name]:.2f} GiB |")
+                     f"{r['median_cpu_seconds'][name]:.1f} | {r['peak_rss_gib'][name]:.2f} GiB |")
     stages = ", ".join(f"{k} {v:.1f} s" for k, v in r["spark_stage_seconds_medians_by_stage"].items())
     scaling = r["spark_speedup_local1_to_localN_stages"]
     lines += ["", f"Spark / baseline speed: **{r['spark_over_baseline_speed']:.2f}x**. Spark stages alone "
@@ -228,8 +242,8 @@ def _table(r: dict, facts: dict) -> list[str]:
               f"(stage medians: {stages}).", "",
               (f"Stage time local[1] / local[{r['spark_master'][6:-1]}]: {scaling:.2f}x." if scaling else ""), "",
               "Linear extrapolation of the Spark stages to 4.37B rows at the local[N] rate per core (assumes "
-              "per-core throughput holds; the chunking shuffle and the large-dictionary joins spill at that size, "
-              "so read these as lower bounds):", "",
+              "per-core throughput holds; the one shuffle then goes through --local_dir disks and, on a cluster, "
+              "the network, so read these as lower bounds):", "",
               "| cores | hours |", "|---|---|"]
     return lines + [f"| {n} | {h} |" for n, h in r["extrapolated_hours_4_37B_rows_by_cores"].items()]
 

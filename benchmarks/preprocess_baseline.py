@@ -24,8 +24,8 @@ import pyarrow.csv as pacsv
 from dlrm.data.binary import SplitBinaryWriter
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
 from dlrm.data.feature_spec import FeatureSpec
+from preproc_spark3.chunks import first_half_lines
 from preproc_spark3.config import RAW_FIELD_COUNT, parse_days
-from preproc_spark3.transform import first_half_lines
 from preproc_spark3.validate import HEX_PATTERN, INTEGER_PATTERN
 
 _HEX_VALUE = np.full(256, 0, dtype=np.uint32)

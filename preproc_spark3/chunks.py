@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from preproc_spark3.config import SPLITS, TEST, TRAIN, VALIDATION, PreprocConfig
+import numpy as np
+
+from preproc_spark3.config import SPLITS, TEST, VALIDATION, PreprocConfig
 
 
 def first_half_lines(eval_day_lines: int) -> int:
@@ -67,24 +69,26 @@ def chunk_layout(config: PreprocConfig, lines_per_day: dict[int, int]) -> ChunkL
     return ChunkLayout(counts, train_day_lines, test_lines, eval_lines)
 
 
-def chunk_column(layout: ChunkLayout, config: PreprocConfig, split, shuffle_key):
-    """The global chunk id of a row (Spark column), from its split, shuffle_key, day and line."""
-    from pyspark.sql import functions as F
-
-    line = F.col("line")
+def chunk_ids(layout: ChunkLayout, config: PreprocConfig, day: np.ndarray, line: np.ndarray,
+              shuffle_key: np.ndarray) -> np.ndarray:
+    """The global chunk id (int64) of each row, from its day, line and shuffle_key."""
+    day, line = np.asarray(day, dtype=np.int64), np.asarray(line, dtype=np.int64)
     n_train, n_test, n_validation = layout.counts
+    chunk = np.empty(len(line), dtype=np.int64)
+    train = day != config.eval_day
     if config.shuffle and n_train > 1:
-        bits = n_train.bit_length() - 1
-        train = F.shiftright(shuffle_key, 64 - bits) + n_train // 2  # arithmetic shift: ordered like the key
+        bits = n_train.bit_length() - 1  # arithmetic shift: chunks ordered like the key
+        chunk[train] = (np.asarray(shuffle_key)[train] >> (64 - bits)) + n_train // 2
     else:
-        offsets, start = {}, 0
-        for day, lines in layout.train_day_lines:  # position of (day, line) in input order
-            offsets[day], start = start, start + lines
-        pairs = [x for d, o in offsets.items() for x in (F.lit(d), F.lit(o).cast("long"))]
-        position = F.element_at(F.create_map(*pairs), F.col("day")) + line - 1
-        train = F.floor(position * n_train / max(1, layout.train_lines))
-    test = F.floor((line - 1) * n_test / max(1, layout.test_lines)) + layout.first(TEST)
-    validation = (F.floor((line - layout.test_lines - 1) * n_validation / max(1, layout.eval_lines - layout.test_lines))
-                  + layout.first(VALIDATION))
-    return (F.when(split == TRAIN, train).when(split == TEST, test).otherwise(validation)).cast("int")
-
+        offsets = np.zeros(max(d for d, _ in layout.train_day_lines) + 1, dtype=np.int64)
+        start = 0
+        for d, lines in layout.train_day_lines:  # position of (day, line) in input order
+            offsets[d], start = start, start + lines
+        position = offsets[day[train]] + line[train] - 1
+        chunk[train] = position * n_train // max(1, layout.train_lines)
+    test = ~train & (line <= layout.test_lines)
+    validation = ~train & ~test
+    chunk[test] = (line[test] - 1) * n_test // max(1, layout.test_lines) + layout.first(TEST)
+    chunk[validation] = ((line[validation] - layout.test_lines - 1) * n_validation
+                         // max(1, layout.eval_lines - layout.test_lines) + layout.first(VALIDATION))
+    return chunk

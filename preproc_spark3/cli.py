@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m preproc_spark3",
         description="Raw Criteo 1TB click-log days (day_0 .. day_23) -> split-binary DLRM dataset, with Spark 3.")
-    p.add_argument("raw_dir", help="directory holding day_<N> files (optionally day_<N>.gz)")
+    p.add_argument("raw_dir", help="directory holding day_<N> files (or day_<N>.gz / day_<N>.bz2)")
     p.add_argument("out_dir", help="dataset directory to write (feature_spec.yaml, train/, test/, validation/)")
     p.add_argument("--frequency_threshold", type=parse_thresholds, default=_PREPROC_DEFAULTS.thresholds,
                    help="T, or T with per-feature overrides like '15,C3:3,C20:0'; values seen < T times -> id 0")
@@ -48,17 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_malformed_fraction", type=argtypes.non_negative_number,
                    default=_PREPROC_DEFAULTS.max_malformed_fraction,
                    help="fail if more than this fraction of all lines is malformed")
-    p.add_argument("--broadcast_max_rows", type=argtypes.count, default=_PREPROC_DEFAULTS.broadcast_max_rows,
-                   help="dictionaries up to this many values are shipped to the writer tasks (larger ones are joined)")
     p.add_argument("--conversion_batch_rows", type=argtypes.positive_int,
                    default=_PREPROC_DEFAULTS.conversion_batch_rows,
-                   help="rows per Arrow batch handed to the split-binary writers (bounds their memory)")
+                   help="rows a chunk task transforms and writes at a time (bounds its memory)")
     p.add_argument("--rows_per_chunk", type=argtypes.positive_int, default=_PREPROC_DEFAULTS.rows_per_chunk,
                    help="target rows per output chunk: each chunk is written by one task, in parallel")
     p.add_argument("--parquet", action="store_true",
                    help="also write the transformed rows as parquet (<out_dir>/parquet/split=<name>/)")
     p.add_argument("--keep_work", action="store_true",
-                   help="keep the parsed rows and per-chunk files in <out_dir>/_work")
+                   help="keep the lookup arrays and per-chunk files in <out_dir>/_work")
 
     s = p.add_argument_group("Spark (flags override the PREPROC_* environment variables)")
     s.add_argument("--master", default=_env("PREPROC_SPARK_MASTER", _SPARK_DEFAULTS.master),
@@ -69,11 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     # A string default: argparse converts it like a typed value, so a bad env value is a usage error.
     s.add_argument("--shuffle_partitions", type=argtypes.positive_int,
                    default=_env("PREPROC_SHUFFLE_PARTITIONS", str(_SPARK_DEFAULTS.shuffle_partitions)),
-                   help="Spark SQL shuffle partitions (env PREPROC_SHUFFLE_PARTITIONS)")
+                   help="spark.sql.shuffle.partitions (env PREPROC_SHUFFLE_PARTITIONS); the job's own shuffle has one "
+                        "partition per feature and per output chunk")
     s.add_argument("--local_dir", default=_env("PREPROC_LOCAL_DIR", _SPARK_DEFAULTS.local_dir),
                    help="spill / shuffle directory (fast local disk with room for ~2x the input)")
     s.add_argument("--max_partition_bytes", default=_env("PREPROC_MAX_PARTITION_BYTES",
-                                                         _SPARK_DEFAULTS.max_partition_bytes))
+                                                         _SPARK_DEFAULTS.max_partition_bytes),
+                   help="at most this many bytes of an uncompressed day file per parse task, e.g. 128m (less for "
+                        "small inputs: 4 tasks per slot; a .gz/.bz2 file is one task)")
     s.add_argument("--spark_conf", action="append", default=[], metavar="KEY=VALUE",
                    help="any other Spark property (repeatable), applied last")
     g = p.add_argument_group("GPU (RAPIDS Accelerator for Apache Spark)")
@@ -109,7 +110,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
                            train_days=a.train_days, eval_day=a.eval_day,
                            dictionary_from_all_days=a.dictionary_from_all_days, log_offset=a.log_offset,
                            shuffle=not a.no_shuffle, seed=a.seed, max_malformed_fraction=a.max_malformed_fraction,
-                           broadcast_max_rows=a.broadcast_max_rows, conversion_batch_rows=a.conversion_batch_rows,
+                           conversion_batch_rows=a.conversion_batch_rows,
                            rows_per_chunk=a.rows_per_chunk, write_parquet=a.parquet, keep_work=a.keep_work,
                            spark=spark)
     config.validate()

@@ -23,6 +23,7 @@ TRAIN, TEST, VALIDATION = "train", "test", "validation"
 SPLITS = (TRAIN, TEST, VALIDATION)
 
 RAPIDS_JAR_ENV = "RAPIDS_PLUGIN_JAR"
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 class PreprocessError(RuntimeError):
@@ -42,7 +43,7 @@ class SparkSettings:
     executor_memory: str = "8g"  # ignored in local mode (the driver runs the tasks)
     shuffle_partitions: int = 16
     local_dir: Optional[str] = None  # spill / shuffle files; None -> Spark's default (/tmp)
-    max_partition_bytes: str = "128m"  # size of one raw-input split
+    max_partition_bytes: str = "128m"  # size of one raw-input split (uncompressed files)
     gpu: bool = False
     rapids_jar: Optional[str] = None
     gpu_discovery_script: Optional[str] = None  # None -> preproc_spark3/get_gpus_resources.sh
@@ -65,11 +66,10 @@ class PreprocConfig:
     shuffle: bool = True
     seed: int = 12345
     max_malformed_fraction: float = 1e-4
-    broadcast_max_rows: int = 1_000_000  # dictionaries up to this size are shipped to the writer tasks
-    conversion_batch_rows: int = 65_536  # rows per Arrow batch handed to the binary writers (bounds their memory)
+    conversion_batch_rows: int = 65_536  # rows a chunk task transforms and writes at a time (bounds its memory)
     rows_per_chunk: int = 524_288  # target rows per output chunk (one executor writes one chunk)
     write_parquet: bool = False  # also write the transformed rows as parquet under <out_dir>/parquet
-    keep_work: bool = False  # keep the parsed rows and per-chunk files under <out_dir>/_work
+    keep_work: bool = False  # keep the lookup arrays and per-chunk files under <out_dir>/_work
     spark: SparkSettings = field(default_factory=SparkSettings)
 
     @property
@@ -95,7 +95,16 @@ class PreprocConfig:
                                   f"{self.rows_per_chunk}, {self.conversion_batch_rows}")
         if self.log_offset <= 0:
             raise PreprocessError(f"log_offset must be > 0, got {self.log_offset}")
+        parse_bytes(self.spark.max_partition_bytes)
         check_gpu_settings(self.spark)
+
+
+def parse_bytes(text: str) -> int:
+    """A size like Spark's: `134217728`, `64k`, `128m`, `1g` (binary units) -> bytes (> 0)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", str(text).lower())
+    if not match or int(match.group(1)) <= 0:
+        raise PreprocessError(f"size {text!r}: expected a positive number of bytes like 128m or 1g")
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2)]
 
 
 def check_gpu_settings(settings: SparkSettings) -> None:

@@ -3,119 +3,131 @@
 Rule: a value seen `count >= T` times (T per feature; T=0 keeps everything) gets an id in 1..n, in
 descending count order, ties broken by ascending value (the hash read as an unsigned hex number).
 Id 0 is shared by missing, unseen and below-threshold values, so a table has n+1 rows.
+
+The parse tasks count their rows' values (ValueCounter); one reduce task per feature sums the parts,
+numbers the kept values (`build_feature`) and writes them twice: `<out>/dictionary` parquet
+(feature, value, count, id; C1 is feature 0) for readers, and the kept values sorted with their ids as
+.npy files for the chunk writers, which memory-map them (IdLookup) instead of receiving a copy each.
 """
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 import numpy as np
 
 from preproc_spark3.config import CATEGORICAL_COLUMNS
 
-COUNTS_SCHEMA = "feature int, value long, count long"
+
+def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(values, counts) parts -> distinct values ascending and their summed counts."""
+    parts = [p for p in parts if len(p[0])]
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(parts) == 1:
+        return parts[0][0].astype(np.int64), parts[0][1].astype(np.int64)
+    unique, inverse = np.unique(np.concatenate([v for v, _ in parts]), return_inverse=True)
+    counts = np.bincount(inverse, weights=np.concatenate([c for _, c in parts]), minlength=len(unique))
+    return unique.astype(np.int64), np.rint(counts).astype(np.int64)
 
 
 class ValueCounter:
-    """Counts of the categorical values of one parse task's rows (a Spark-free part of the dictionary):
-    per batch a sort-based count per feature, merged once at the end, so only (feature, value, count)
-    rows - far fewer than rows x features - leave the task."""
+    """Counts of the categorical values of one parse task's rows: per block a sort-based count per
+    feature, merged once at the end, so only distinct (value, count) pairs leave the task."""
 
-    def __init__(self, days: tuple[int, ...]):
-        self.days = days
-        self.parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {i: [] for i in range(len(CATEGORICAL_COLUMNS))}
+    def __init__(self) -> None:
+        self.parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in CATEGORICAL_COLUMNS]
 
-    def add(self, parsed) -> None:
-        """parsed: an Arrow batch of the parse (day, reason, C1..C26); well-formed rows of `days` count."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        in_days = pc.is_in(parsed.column("day"), pa.array(self.days, pa.int32()))
-        keep = pc.and_(pc.is_null(parsed.column("reason")), in_days)
-        for index, name in enumerate(CATEGORICAL_COLUMNS):
-            values = pc.drop_null(pc.filter(parsed.column(name), keep)).to_numpy(zero_copy_only=False)
+    def add(self, categorical: np.ndarray) -> None:
+        """categorical: int64 [n, 26] values of rows that count (negative = missing)."""
+        for index in range(categorical.shape[1]):
+            values = categorical[:, index]
+            values = values[values >= 0]
             if len(values):
                 self.parts[index].append(np.unique(values, return_counts=True))
 
-    def table(self):
-        """The merged counts as an Arrow table (COUNTS_SCHEMA)."""
-        import pyarrow as pa
-
-        features, values, counts = [], [], []
-        for index, parts in self.parts.items():
-            if not parts:
-                continue
-            unique, inverse = np.unique(np.concatenate([v for v, _ in parts]), return_inverse=True)
-            features.append(np.full(len(unique), index, dtype=np.int32))
-            values.append(unique.astype(np.int64))
-            counts.append(np.bincount(inverse, weights=np.concatenate([c for _, c in parts]),
-                                      minlength=len(unique)).astype(np.int64))
-
-        def joined(arrays, dtype):
-            return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
-        return pa.table({"feature": joined(features, np.int32), "value": joined(values, np.int64),
-                         "count": joined(counts, np.int64)})
+    def counts(self, feature: int) -> tuple[np.ndarray, np.ndarray]:
+        """This task's (distinct values ascending, counts) of one feature."""
+        return merge_counts(self.parts[feature])
 
 
-def build_dictionary(counts, thresholds: tuple[int, ...]):
-    """counts: DataFrame[COUNTS_SCHEMA], partial counts of the dictionary days' well-formed rows (see
-    ValueCounter) -> DataFrame[feature, value, count, id].
+@dataclass
+class FeatureDictionary:
+    """One feature's kept values sorted ascending, with their counts and ids."""
 
-    These are the parquet columns of <out_dir>/dictionary; feature is the 0-based index (C1 = 0).
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    values: np.ndarray  # int64
+    counts: np.ndarray  # int64
+    ids: np.ndarray  # int32
 
-    totals = counts.groupBy("feature", "value").agg(F.sum("count").cast("long").alias("count"))
-    threshold = F.element_at(F.array(*[F.lit(int(t)) for t in thresholds]), F.col("feature") + 1)
-    kept = totals.filter(F.col("count") >= threshold)
-    order = Window.partitionBy("feature").orderBy(F.col("count").desc(), F.col("value").asc())
-    ids = F.row_number().over(order).cast("int").alias("id")
-    return kept.select(F.col("feature").cast("int"), "value", "count", ids)
+    @property
+    def cardinality(self) -> int:
+        """Table size n+1 (id 0 included)."""
+        return len(self.values) + 1
 
 
-def cardinalities(dictionary) -> list[int]:
-    """Table sizes n+1 (id 0 included), in CATEGORICAL_COLUMNS order; a feature with no kept value has 1."""
-    from pyspark.sql import functions as F
+def build_feature(parts: list[tuple[np.ndarray, np.ndarray]], threshold: int) -> FeatureDictionary:
+    """Partial counts of one feature -> its dictionary (threshold, ids by descending count then value)."""
+    values, counts = merge_counts(parts)
+    keep = counts >= threshold
+    values, counts = values[keep], counts[keep]
+    rank = np.lexsort((values, -counts))  # positions in id order
+    ids = np.empty(len(values), dtype=np.int32)
+    ids[rank] = np.arange(1, len(values) + 1, dtype=np.int32)
+    return FeatureDictionary(values, counts, ids)
 
-    sizes = {row["feature"]: row["n"] for row in dictionary.groupBy("feature").agg(F.max("id").alias("n")).collect()}
-    return [sizes.get(i, 0) + 1 for i in range(len(CATEGORICAL_COLUMNS))]
+
+def lookup_paths(directory: str, feature: int) -> tuple[str, str]:
+    return (os.path.join(directory, f"values_{feature:02d}.npy"), os.path.join(directory, f"ids_{feature:02d}.npy"))
 
 
-VALUE_OFFSET = 1 << 31  # categorical values (0 .. 2^32-1) travel as int32: value - 2^31
+def write_feature(dictionary: FeatureDictionary, feature: int, parquet_dir: str, lookup_dir: str) -> None:
+    """The feature's parquet part (rows in id order) and its lookup arrays."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    order = np.argsort(dictionary.ids, kind="stable")
+    n = len(order)
+    pq.write_table(pa.table({"feature": pa.array(np.full(n, feature, dtype=np.int32)),
+                             "value": pa.array(dictionary.values[order]),
+                             "count": pa.array(dictionary.counts[order]), "id": pa.array(dictionary.ids[order])}),
+                   os.path.join(parquet_dir, f"part-{feature:05d}.parquet"), compression="snappy")
+    values_path, ids_path = lookup_paths(lookup_dir, feature)
+    np.save(values_path, dictionary.values)
+    np.save(ids_path, dictionary.ids)
+
+
+_SMALL_TABLE = 4096  # kept values up to which an unsorted binary search is as fast
 
 
 class IdLookup:
-    """value -> id for the dictionaries small enough to ship to every task: per feature, its kept values
-    sorted ascending and their ids, looked up with a binary search (missing and unseen values -> 0)."""
+    """value -> id per feature: its kept values sorted ascending and their ids, looked up with a binary
+    search (missing and unseen values -> 0)."""
 
     def __init__(self, tables: dict[int, tuple[np.ndarray, np.ndarray]]):
         self.tables = tables  # feature index -> (sorted int64 values, int32 ids)
 
     @classmethod
-    def read(cls, dictionary_dir: str, features: list[int]) -> IdLookup:
-        """From the dictionary parquet files (feature, value, count, id), for `features` only."""
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(dictionary_dir, columns=["feature", "value", "id"])
-        feature = table.column("feature").to_numpy()
-        value = table.column("value").to_numpy()
-        ids = table.column("id").to_numpy().astype(np.int32)
+    def open(cls, lookup_dir: str, features: int = len(CATEGORICAL_COLUMNS)) -> IdLookup:
+        """The arrays `write_feature` wrote, memory-mapped (shared by the tasks through the page cache)."""
         tables = {}
-        for index in features:
-            rows = np.flatnonzero(feature == index)
-            order = np.argsort(value[rows], kind="stable")
-            tables[index] = (value[rows][order].astype(np.int64), ids[rows][order])
+        for index in range(features):
+            values_path, ids_path = lookup_paths(lookup_dir, index)
+            tables[index] = (np.load(values_path, mmap_mode="r"), np.load(ids_path, mmap_mode="r"))
         return cls(tables)
 
-    def ids(self, feature: int, shifted) -> np.ndarray:
-        """Arrow int32 column of `value - VALUE_OFFSET` (null when missing) -> int32 ids."""
-        import pyarrow.compute as pc
-
-        values, ids = self.tables[feature]
-        query = pc.fill_null(shifted, 0).to_numpy(zero_copy_only=False).astype(np.int64) + VALUE_OFFSET
-        found = np.zeros(len(query), dtype=np.int32)
-        if len(values):
-            position = np.minimum(np.searchsorted(values, query), len(values) - 1)
-            hit = values[position] == query
-            if shifted.null_count:
-                hit &= shifted.is_valid().to_numpy(zero_copy_only=False)
-            found[hit] = ids[position[hit]]
+    def ids(self, feature: int, values: np.ndarray) -> np.ndarray:
+        """int64 raw values (negative = missing) -> int32 ids."""
+        kept, ids = self.tables[feature]
+        found = np.zeros(len(values), dtype=np.int32)
+        if not len(kept):
+            return found
+        if len(kept) > _SMALL_TABLE:  # sorted queries keep the binary search in cache: ~3x faster here
+            order = np.argsort(values)
+            position = np.empty(len(values), dtype=np.intp)
+            position[order] = np.searchsorted(kept, values[order])
+        else:
+            position = np.searchsorted(kept, values)
+        position = np.minimum(position, len(kept) - 1)
+        hit = kept[position] == values
+        found[hit] = ids[position[hit]]
         return found

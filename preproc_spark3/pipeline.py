@@ -1,4 +1,10 @@
-"""The whole job: raw day files -> quarantine + dictionary + parquet -> split-binary dataset.
+"""The whole job: raw day files -> quarantine + dictionary + split-binary dataset, with one shuffle.
+
+Jobs (see docs/preprocessing.md): count the lines of every input split (raw_input); parse the splits
+as the map side of one shuffle (parse_job); the first reduce job writes the quarantine file and the
+dictionaries (dictionary_job); after the malformed-fraction check, the second reduce job, on the same
+shuffled RDD (so Spark reuses the map output instead of parsing again), writes each output chunk
+(to_binary); then each split's files are assembled from their chunks.
 
 Output directory:
   feature_spec.yaml            written last (atomically): its presence means the dataset is complete
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -20,15 +27,14 @@ from pathlib import Path
 
 from dlrm.atomic import write_text_atomically
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
-from preproc_spark3.chunks import chunk_layout
-from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError
-from preproc_spark3.dictionary import IdLookup, build_dictionary, cardinalities
-from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction, write_quarantine
-from preproc_spark3.raw_input import find_day_files, number_lines, read_lines
+from preproc_spark3.chunks import chunk_layout, first_half_lines
+from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError, parse_bytes
+from preproc_spark3.dictionary_job import DictionaryJob, collect_results
+from preproc_spark3.parse_job import ParseJob, Partitions
+from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction
+from preproc_spark3.raw_input import find_day_files, plan_splits, split_bytes, split_line_count
 from preproc_spark3.session import start_session
-from preproc_spark3.to_binary import assemble_splits, write_chunks
-from preproc_spark3.transform import first_half_lines, looked_up_features, transform
-from preproc_spark3.validate import parse_lines
+from preproc_spark3.to_binary import ChunkJob, assemble_splits
 
 log = logging.getLogger("preproc_spark3")
 REPORT_FILE = "preprocess_report.json"
@@ -42,11 +48,12 @@ class PreprocessResult:
     cardinalities: list[int] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    parse_tasks: int = 0  # parse task runs (one per input split: the reduce jobs reuse the map output)
 
     def to_dict(self) -> dict:
         return {"out_dir": self.out_dir, "lines_per_day": {str(k): v for k, v in self.lines_per_day.items()},
                 "malformed": self.malformed.to_dict(), "cardinalities": self.cardinalities, "rows": self.rows,
-                "stage_seconds": self.stage_seconds}
+                "stage_seconds": self.stage_seconds, "parse_tasks": self.parse_tasks}
 
 
 @contextmanager
@@ -78,28 +85,54 @@ def run(config: PreprocConfig, spark=None) -> PreprocessResult:
             spark.stop()
 
 
-def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> PreprocessResult:
-    from pyspark.sql import functions as F
+def _identity(partition: int) -> int:
+    return partition
 
+
+def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> PreprocessResult:
+    sc = spark.sparkContext
     seconds: dict[str, float] = {}
     work = out / "_work"
-    # Rows per Arrow batch between the JVM and the Python workers (parse and binary writers).
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(config.conversion_batch_rows))
-
+    shutil.rmtree(work, ignore_errors=True)
     try:  # success or failure (too many malformed lines, ...): drop the intermediate
-        with _stage("parse", seconds):  # parsed once: the parse tasks store typed rows under _work/parsed
-            rows, counts, blocks = parse_lines(spark, read_lines(spark, day_files), str((work / "parsed").resolve()),
-                                               config.dictionary_days)
-            numbered = number_lines(spark, rows, blocks, day_files)
-            parsed = numbered.frame
-        total_lines = sum(numbered.lines_per_day.values())
-        with _stage("quarantine", seconds):
-            malformed = write_quarantine(parsed, config.raw_dir, out, total_lines)
-        result = PreprocessResult(str(out), numbered.lines_per_day, malformed, stage_seconds=seconds)
+        with _stage("count", seconds):  # lines per input split: line numbers, eval-day halves, chunks
+            size = split_bytes(day_files, parse_bytes(config.spark.max_partition_bytes), sc.defaultParallelism)
+            splits = plan_splits(day_files, size)
+            counts = sc.parallelize(splits, len(splits)).map(split_line_count).collect()
+            lines_per_day = {day: 0 for day in day_files}
+            first_lines, next_line = [], {day: 1 for day in day_files}
+            for split, lines in zip(splits, counts):
+                first_lines.append(next_line[split.day])
+                next_line[split.day] += lines
+                lines_per_day[split.day] += lines
+            for day, count in lines_per_day.items():
+                if count == 0:
+                    raise PreprocessError(f"raw file {day_files[day]} has no lines")
+        total_lines = sum(lines_per_day.values())
+        layout = chunk_layout(config, lines_per_day)
+        partitions = Partitions(sum(layout.counts))
+        parse = ParseJob(config, layout, tuple(first_lines))
+        runs = sc.accumulator(0)
+        shuffled = (sc.parallelize(splits, len(splits))
+                    .flatMap(lambda split: parse.run(split, runs))
+                    .partitionBy(partitions.total, _identity))
+        lookup_dir, staging = work / "lookup", work / "dictionary"
+        for directory in (lookup_dir, staging):
+            directory.mkdir(parents=True)
+        with _stage("parse_dictionary", seconds):  # the map side, then quarantine + dictionaries
+            dictionaries = DictionaryJob(config.raw_dir, str(out.resolve()), total_lines, config.thresholds,
+                                         str(staging.resolve()), str(lookup_dir.resolve()))
+            malformed, cardinalities = collect_results(
+                sc.runJob(shuffled, dictionaries.run, partitions.small), len(CATEGORICAL_COLUMNS))
+        result = PreprocessResult(str(out), lines_per_day, malformed, stage_seconds=seconds)
         log.info("%s", malformed.describe())
         try:  # report how far it got
             check_malformed_fraction(malformed, config.max_malformed_fraction)
-            _build_dataset(spark, config, out, parsed.filter(F.col("reason").isNull()), counts, result, work)
+            shutil.rmtree(out / "dictionary", ignore_errors=True)
+            os.replace(staging, out / "dictionary")
+            result.cardinalities = cardinalities
+            _build_dataset(spark, config, out, shuffled, partitions, layout, result, work)
+            result.parse_tasks = runs.value
         finally:
             _write_report(out, config, result)
     finally:
@@ -108,25 +141,19 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     return result
 
 
-def _build_dataset(spark, config: PreprocConfig, out: Path, good, counts, result: PreprocessResult,
-                   work: Path) -> None:
-    """Well-formed parsed rows + the parse's value counts -> dictionary, split-binary files (+ parquet)
-    and (last) feature_spec.yaml."""
+def _build_dataset(spark, config: PreprocConfig, out: Path, shuffled, partitions: Partitions, layout,
+                   result: PreprocessResult, work: Path) -> None:
+    """The shuffled chunk blobs + the dictionaries -> split-binary files (+ parquet) and (last)
+    feature_spec.yaml."""
     seconds = result.stage_seconds
-    with _stage("dictionary", seconds):
-        build_dictionary(counts, config.thresholds).write.mode("overwrite").parquet(str(out / "dictionary"))
-        dictionary = spark.read.parquet(str(out / "dictionary"))
-        result.cardinalities = cardinalities(dictionary)
     spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
-    layout = chunk_layout(config, result.lines_per_day)
     chunks = str((work / "chunks").resolve())
     parquet_dir = str((out / "parquet").resolve()) if config.write_parquet else None
-    with _stage("transform", seconds):  # numericals, order, ids; each task writes its chunks
+    with _stage("write_chunks", seconds):  # order, ids; one task per chunk (the map output is reused)
         shutil.rmtree(out / "parquet", ignore_errors=True)
-        shutil.rmtree(chunks, ignore_errors=True)
-        lookup = IdLookup.read(str(out / "dictionary"), looked_up_features(result.cardinalities, config))
-        frame = transform(good, dictionary, result.cardinalities, config, layout)
-        chunk_rows = write_chunks(frame, spec, chunks, layout, parquet_dir, lookup)
+        job = ChunkJob(spec, chunks, layout, parquet_dir, str((work / "lookup").resolve()),
+                       config.conversion_batch_rows)
+        chunk_rows = dict(spark.sparkContext.runJob(shuffled, job.run, partitions.chunk_partitions))
     with _stage("to_binary", seconds):  # each split file = its chunks' files, one task per file
         result.rows = assemble_splits(spark, spec, str(out), chunks, layout, chunk_rows)
         malformed = result.malformed

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,38 +39,28 @@ class MalformedSummary:
                 f"quarantined in {self.quarantine_file}")
 
 
-def write_quarantine(parsed, raw_dir: str, out_dir: Path, total_lines: int) -> MalformedSummary:
-    """Write every malformed row of `parsed` (see validate.parse_lines) to the quarantine file."""
-    from pyspark.sql import functions as F
-
-    bad = parsed.filter(F.col("reason").isNotNull())
-    records = bad.select(F.concat(F.lit(str(Path(raw_dir).resolve()) + "/"), F.col("file")).alias("source_file"),
-                         F.col("line").alias("line_number"), "kind", "reason",
-                         F.col("value").alias("raw_line"), "day")
-    target = out_dir / QUARANTINE_FILE
-    staging = out_dir / "_quarantine_parts"
-    (records.orderBy("day", "line_number").drop("day")
-     .coalesce(1).write.mode("overwrite").json(str(staging)))
-    parts = sorted(staging.glob("part-*"))
-    with open(target, "wb") as sink:  # concatenated in order (usually one part)
-        for part in parts:
-            with open(part, "rb") as source:
-                shutil.copyfileobj(source, sink)
-    shutil.rmtree(staging)
-
-    counts = bad.groupBy("file", "kind").count().collect()
+def write_quarantine(records: list[dict], raw_dir: str, out_dir: str, total_lines: int) -> MalformedSummary:
+    """Write the parse tasks' malformed-line records (see parse_job) to the quarantine file, in (day, line)
+    order, and summarise them."""
+    source = str(Path(raw_dir).resolve()) + "/"
+    rows = sorted(((r["day"], int(line), r["file"], kind, reason, raw) for r in records
+                   for line, kind, reason, raw in zip(r["line"], r["kind"], r["reason"], r["raw_line"])),
+                  key=lambda row: (row[0], row[1]))
+    target = Path(out_dir) / QUARANTINE_FILE
     by_kind: dict[str, int] = {}
     by_file: dict[str, int] = {}
-    for row in counts:
-        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["count"]
-        by_file[row["file"]] = by_file.get(row["file"], 0) + row["count"]
-    examples = []
-    with open(target, encoding="utf-8") as written:  # already in (day, line) order
-        for text, _ in zip(written, range(EXAMPLES_IN_ERROR)):
-            record = json.loads(text)
-            examples.append(f"{record['source_file']} line {record['line_number']}: {record['reason']}")
-    return MalformedSummary(total_lines=total_lines, malformed_lines=sum(by_kind.values()), by_kind=by_kind,
-                            by_file=by_file, quarantine_file=str(target), examples=examples)
+    examples: list[str] = []
+    with open(str(target) + ".partial", "w", encoding="utf-8") as sink:
+        for _, line, file, kind, reason, raw in rows:
+            sink.write(json.dumps({"source_file": source + file, "line_number": line, "kind": kind,
+                                   "reason": reason, "raw_line": raw}, ensure_ascii=False) + "\n")
+            by_kind[kind] = by_kind.get(kind, 0) + 1
+            by_file[file] = by_file.get(file, 0) + 1
+            if len(examples) < EXAMPLES_IN_ERROR:
+                examples.append(f"{source + file} line {line}: {reason}")
+    os.replace(str(target) + ".partial", target)
+    return MalformedSummary(total_lines=total_lines, malformed_lines=len(rows), by_kind=by_kind, by_file=by_file,
+                            quarantine_file=str(target), examples=examples)
 
 
 def check_malformed_fraction(summary: MalformedSummary, max_fraction: float) -> None:

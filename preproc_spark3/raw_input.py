@@ -1,25 +1,33 @@
-"""Find the raw day files, read them as text lines and number the lines by (day, line) in file order.
+"""Find the raw day files, cut them into input splits and read a split's lines, numbered by the driver.
 
-Line numbers are what the quarantine reports, what `--no_shuffle` orders by, and how the evaluation
-day is cut in half. Spark does not number lines itself, so they are derived after the parse (no
-extra pass over the text): every input split ("block") is identified by `_metadata.file_name` +
-`_metadata.file_block_start`, rows inside a block are consecutive in `monotonically_increasing_id()`,
-and the parse tasks report each block's first row id and line count, hence its first line.
+Lines follow Spark's (Hadoop's) text reader: `\\n`, `\\r\\n` and a lone `\\r` each end a line, empty
+lines are lines, a last line without a terminator is a line, and no empty line follows a final
+terminator. An uncompressed file is cut into byte ranges of `max_partition_bytes`; a line belongs to
+the split holding its first byte. A compressed file (`.gz`, `.bz2`) is one split, decompressed as a
+stream by its task. The driver numbers the lines from a count per split (the count job), so every
+split knows its first line number before it is parsed.
 """
 from __future__ import annotations
 
+import bz2
+import gzip
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO, Iterator, Optional
+
+import numpy as np
 
 from preproc_spark3.config import PreprocessError
 
-_DAY_FILE = re.compile(r"day_(\d+)(\.(gz|bz2|snappy|lz4|deflate))?")
+_DAY_FILE = re.compile(r"day_(\d+)(?:\.([A-Za-z0-9]+))?")
+CODECS = {"gz": gzip.open, "bz2": bz2.open}  # the compressed inputs a task can read
+BLOCK_BYTES = 4 << 20  # bytes of lines a task parses at a time (small arrays: bounded memory, no page-fault churn)
+_NL, _CR = 10, 13
 
 
 def find_day_files(raw_dir: str, days: tuple[int, ...]) -> dict[int, Path]:
-    """`day_<N>` (optionally compressed, e.g. `day_<N>.gz`) for each requested day N."""
+    """`day_<N>`, `day_<N>.gz` or `day_<N>.bz2` for each requested day N."""
     root = Path(raw_dir)
     if not root.is_dir():
         raise PreprocessError(f"raw data directory not found: {raw_dir}")
@@ -35,55 +43,166 @@ def find_day_files(raw_dir: str, days: tuple[int, ...]) -> dict[int, Path]:
             raise PreprocessError(f"raw file for day {day} not found: expected {root / f'day_{day}'} (or day_{day}.gz)")
         if len(candidates) > 1:
             raise PreprocessError(f"day {day} has several raw files: {sorted(str(p) for p in candidates)}")
-        if candidates[0].stat().st_size == 0:
-            raise PreprocessError(f"raw file {candidates[0]} is empty")
-        files[day] = candidates[0]
+        path = candidates[0]
+        codec = codec_of(path)
+        if codec is not None and codec not in CODECS:
+            raise PreprocessError(f"raw file {path}: compression '.{codec}' is not supported; use the file "
+                                  f"uncompressed or as {', '.join('.' + c for c in CODECS)}")
+        if path.stat().st_size == 0:
+            raise PreprocessError(f"raw file {path} is empty")
+        files[day] = path
     return files
 
 
-def read_lines(spark, day_files: dict[int, Path]):
-    """DataFrame[value, day, file, block_start, row_id]: every raw line with where it came from.
-
-    Rows of one input block ("split", identified by file + block_start) are consecutive in row_id
-    (`monotonically_increasing_id`), in file order: `number_lines` turns that into line numbers.
-    """
-    from pyspark.sql import functions as F
-
-    day_of_name = F.create_map(*[F.lit(x) for day, path in sorted(day_files.items()) for x in (path.name, day)])
-    return (spark.read.text([str(p) for p in day_files.values()])
-            .select("value", F.element_at(day_of_name, F.col("_metadata.file_name")).alias("day"),
-                    F.col("_metadata.file_name").alias("file"),
-                    F.col("_metadata.file_block_start").alias("block_start"),
-                    F.monotonically_increasing_id().alias("row_id")))
+def codec_of(path: Path) -> Optional[str]:
+    match = _DAY_FILE.fullmatch(path.name)
+    return match.group(2) if match else None
 
 
-@dataclass
-class NumberedLines:
-    frame: Any  # the input frame plus `line` (1-based, per file), without block_start / row_id
-    lines_per_day: dict[int, int]
+@dataclass(frozen=True)
+class InputSplit:
+    """Lines of one day file whose first byte is in [start, end) (a compressed file: all its lines)."""
+
+    index: int
+    day: int
+    path: str
+    start: int
+    end: int
+    codec: Optional[str] = None
+
+    @property
+    def file_name(self) -> str:
+        return Path(self.path).name
 
 
-def number_lines(spark, rows, blocks, day_files: dict[int, Path]) -> NumberedLines:
-    """Line numbers for `rows` (one row per raw line, with file, block_start, row_id), from each input
-    block's first row_id and line count (`blocks`), hence each block's first line number."""
-    from pyspark.sql import functions as F
+MIN_SPLIT_BYTES = 4 << 20
+TASKS_PER_SLOT = 4  # small inputs: at least this many splits per task slot, so the slots finish together
 
-    day_of_name = {path.name: day for day, path in day_files.items()}
-    block_rows = []
-    lines_per_day = {day: 0 for day in day_files}
-    for file_name in sorted({b["file"] for b in blocks}):
-        next_line = 1
-        for block in sorted((b for b in blocks if b["file"] == file_name), key=lambda b: b["block_start"]):
-            block_rows.append((file_name, block["block_start"], block["first_row_id"], next_line))
-            next_line += block["lines"]
-        lines_per_day[day_of_name[file_name]] = next_line - 1
-    for day, count in lines_per_day.items():
-        if count == 0:
-            raise PreprocessError(f"raw file {day_files[day]} has no lines")
 
-    offsets = spark.createDataFrame(
-        block_rows, "file string, block_start long, first_row_id long, first_line long")
-    line = (F.col("first_line") + F.col("row_id") - F.col("first_row_id")).alias("line")
-    numbered = (rows.join(F.broadcast(offsets), ["file", "block_start"])
-                .select(*[c for c in rows.columns if c not in ("block_start", "row_id")], line))
-    return NumberedLines(numbered, lines_per_day)
+def split_bytes(day_files: dict[int, Path], max_bytes: int, slots: int) -> int:
+    """Bytes per split: `max_bytes`, or less when the input would give fewer than TASKS_PER_SLOT splits
+    per task slot (never below MIN_SPLIT_BYTES)."""
+    total = sum(path.stat().st_size for path in day_files.values())
+    return min(max_bytes, max(MIN_SPLIT_BYTES, total // max(1, TASKS_PER_SLOT * slots)))
+
+
+def plan_splits(day_files: dict[int, Path], max_bytes: int) -> list[InputSplit]:
+    """Input splits of all day files in (day, byte) order."""
+    splits: list[InputSplit] = []
+    for day, path in sorted(day_files.items()):
+        size, codec = path.stat().st_size, codec_of(path)
+        bounds = [0, size] if codec else [*range(0, size, max_bytes), size]
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            splits.append(InputSplit(len(splits), day, str(path.resolve()), start, end, codec))
+    return splits
+
+
+def _next_line_start(f: BinaryIO, position: int, size: int) -> int:
+    """The first line start at or after `position` (`size` if none)."""
+    if position <= 0:
+        return 0
+    if position >= size:
+        return size
+    f.seek(position - 1)
+    pair = f.read(2)
+    if pair[0] == _NL or (pair[0] == _CR and pair[1:2] != b"\n"):
+        return position
+    at = position
+    while at < size:
+        f.seek(at)
+        piece = f.read(1 << 16)
+        hits = [i for i in (piece.find(b"\n"), piece.find(b"\r")) if i >= 0]
+        if hits:
+            i = at + min(hits)
+            if piece[min(hits)] == _CR:
+                f.seek(i + 1)
+                return min(size, i + (2 if f.read(1) == b"\n" else 1))
+            return i + 1
+        at += len(piece)
+    return size
+
+
+def _cut(buffer: bytes, final: bool) -> int:
+    """Length of the longest prefix of `buffer` made of whole lines (everything when `final`)."""
+    if final:
+        return len(buffer)
+    nl = buffer.rfind(b"\n")
+    cr = buffer.rfind(b"\r", 0, len(buffer) - 1)  # a last \r may be the first half of \r\n
+    return max(nl, cr) + 1
+
+
+def line_blocks(split: InputSplit, block_bytes: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """The split's lines, terminators included, as consecutive blocks of whole lines."""
+    if split.codec is not None:
+        stream: BinaryIO = CODECS[split.codec](split.path, "rb")  # type: ignore[assignment,arg-type]
+        left = None
+    else:
+        stream = open(split.path, "rb")
+        size = Path(split.path).stat().st_size
+        first, stop = _next_line_start(stream, split.start, size), _next_line_start(stream, split.end, size)
+        stream.seek(first)
+        left = stop - first
+    try:
+        pending = b""
+        while True:
+            want = block_bytes if left is None else min(block_bytes, left)
+            try:
+                piece = stream.read(want) if want > 0 else b""
+            except (OSError, EOFError, ValueError) as e:  # corrupt archive
+                raise PreprocessError(f"raw file {split.path}: cannot be read ({e})") from None
+            if left is not None:
+                left -= len(piece)
+            final = not piece
+            buffer = pending + piece
+            end = _cut(buffer, final)
+            if end:
+                yield buffer[:end]
+            pending = buffer[end:]
+            if final:
+                return
+    finally:
+        stream.close()
+
+
+def _terminators(block: bytes) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """Positions where lines end (their last terminator byte) and of every terminator byte (None: only \\n)."""
+    data = np.frombuffer(block, dtype=np.uint8)
+    newline = data == _NL
+    if b"\r" not in block:
+        return np.flatnonzero(newline), None
+    carriage = data == _CR
+    lone_cr = carriage.copy()
+    lone_cr[:-1] &= ~newline[1:]
+    return np.flatnonzero(newline | lone_cr), np.flatnonzero(newline | carriage)
+
+
+def count_lines(block: bytes) -> int:
+    """Lines in a block of whole lines."""
+    if not block:
+        return 0
+    ends = block.count(b"\n") if b"\r" not in block else len(_terminators(block)[0])
+    return ends + (0 if block[-1:] in (b"\n", b"\r") else 1)
+
+
+def split_line_count(split: InputSplit) -> int:
+    """The count job's task: lines of one input split."""
+    return sum(count_lines(block) for block in line_blocks(split))
+
+
+def lines_array(block: bytes):
+    """A block of whole lines -> Arrow strings, one per line, without terminators (no copy but one)."""
+    import pyarrow as pa
+
+    data = np.frombuffer(block, dtype=np.uint8)
+    ends, removed = _terminators(block)
+    if len(block) and block[-1:] not in (b"\n", b"\r"):
+        ends = np.append(ends, len(block))  # a last line without terminator
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    if removed is None:  # only \n: line i starts after i removed bytes
+        removed_before = np.arange(len(starts), dtype=np.int64)
+        values = np.delete(data, ends[ends < len(data)])
+    else:
+        removed_before = np.searchsorted(removed, starts)
+        values = np.delete(data, removed)
+    offsets = np.append(starts - removed_before, len(values)).astype(np.int32)
+    return pa.StringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(values))

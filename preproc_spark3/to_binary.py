@@ -1,12 +1,12 @@
-"""Write the transformed rows as split binary, in parallel: each task writes whole chunks, then each
-output file is assembled from its chunks by a task of its own.
+"""Write the split-binary files, in parallel: the second reduce job writes whole chunks (one task
+each), then each output file is assembled from its chunks by a task of its own.
 
-1. The rows are hash-partitioned by chunk id and sorted within each partition by (chunk, shuffle_key,
-   day, line) (see preproc_spark3.chunks: a chunk is a consecutive range of its split's order). Each
-   task streams its partition as Arrow batches (`conversion_batch_rows` rows at a time, so memory stays
-   bounded) into the data layer's `SplitBinaryWriter` - one writer per chunk, under
-   `<work>/c<chunk>/<split>/` - and, with --parquet, into `parquet/split=<split>/part-<index>.parquet`.
-   The order is checked on the way: (shuffle_key, day, line) never decreases within a chunk.
+1. A chunk's task (partition 1 + 26 + c of the shuffle, see parse_job.Partitions) concatenates the
+   parse tasks' blobs of that chunk, orders the rows by (shuffle_key, day, line) (np.lexsort; a chunk
+   is a consecutive range of its split's order, see preproc_spark3.chunks), looks the categorical ids
+   up (dictionary.IdLookup, memory-mapped) and writes them, `conversion_batch_rows` rows at a time,
+   into the data layer's `SplitBinaryWriter` under `<work>/c<chunk>/<split>/` and, with --parquet,
+   `parquet/split=<split>/part-<index>.parquet`. The writer checks the order on the way.
 2. Every output file (`<split>/label.bin`, `numerical.bin`, `cat_<i>.bin`) is the concatenation of that
    file of the split's chunks in chunk order, copied inside the kernel; the files are spread over
    the task slots.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -24,10 +24,9 @@ import numpy as np
 from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, SPLITS, PreprocessError
 from preproc_spark3.dictionary import IdLookup
-from preproc_spark3.transform import ORDER_COLUMNS
+from preproc_spark3.parse_job import CHUNK_COLUMNS, Partitions, unpack_categorical
 
 _PART_NUMBER = re.compile(r"part-(\d+)")
-_RESULT_SCHEMA = "chunk int, rows long"
 
 
 def part_files(split_dir: Path) -> list[Path]:
@@ -61,7 +60,28 @@ def _order_break(keys: list[np.ndarray], previous: Optional[tuple]) -> int:
     return int(bad[0]) + (0 if previous is not None else 1)
 
 
-class _ChunkWriter:
+@dataclass
+class ChunkRows:
+    """Rows of one chunk in output order: order columns, label, transformed numericals, ids."""
+
+    shuffle_key: np.ndarray  # int64 [n]
+    day: np.ndarray  # int32 [n]
+    line: np.ndarray  # int64 [n]
+    label: np.ndarray  # float32 [n]
+    numerical: np.ndarray  # float32 [n, 13]
+    ids: np.ndarray  # int32 [n, 26]
+
+    def table(self):
+        """The parquet columns: shuffle_key, day, line, label, I1..I13, C1..C26."""
+        import pyarrow as pa
+
+        columns = {"shuffle_key": self.shuffle_key, "day": self.day, "line": self.line, LABEL: self.label}
+        columns.update({name: self.numerical[:, i] for i, name in enumerate(NUMERICAL_COLUMNS)})
+        columns.update({name: self.ids[:, i] for i, name in enumerate(CATEGORICAL_COLUMNS)})
+        return pa.table({name: pa.array(np.ascontiguousarray(v)) for name, v in columns.items()})
+
+
+class ChunkWriter:
     """One chunk's split-binary files (and optional parquet file), written batch by batch."""
 
     def __init__(self, chunk: int, spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str]):
@@ -79,25 +99,25 @@ class _ChunkWriter:
         self.previous: Optional[tuple] = None
         self.rows = 0
 
-    def write(self, batch) -> None:
-        """batch: Arrow rows of this chunk, continuing its order."""
-        data = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in batch.schema.names}
-        keys = [data[name] for name in ORDER_COLUMNS]
+    def write(self, rows: ChunkRows) -> None:
+        """rows: the next rows of this chunk, continuing its order."""
+        keys = [rows.shuffle_key, rows.day, rows.line]
         broken = _order_break(keys, self.previous)
         if broken >= 0:
             raise PreprocessError(f"row {self.rows + broken} of chunk {self.chunk} (split {self.split}) is out of "
                                   "(shuffle_key, day, line) order")
+        if not len(rows.line):
+            return
         self.previous = tuple(int(k[-1]) for k in keys)
-        self.binary.write(data[LABEL], np.stack([data[c] for c in NUMERICAL_COLUMNS], axis=1),
-                          [data[c] for c in CATEGORICAL_COLUMNS])
+        self.binary.write(rows.label, rows.numerical, rows.ids)
         if self.parquet_path is not None:
             import pyarrow.parquet as pq
 
-            table = batch.drop_columns(["chunk"])
+            table = rows.table()
             if self.parquet is None:
                 self.parquet = pq.ParquetWriter(self.parquet_path, table.schema, compression="snappy")
-            self.parquet.write_batch(table)
-        self.rows += batch.num_rows
+            self.parquet.write_table(table)
+        self.rows += len(rows.line)
 
     def close(self) -> int:
         self.binary.close()
@@ -111,58 +131,41 @@ class _ChunkWriter:
             self.parquet.close()
 
 
-def _with_ids(batch, lookup: IdLookup):
-    """The batch with the looked-up features' raw values replaced by their ids."""
-    import pyarrow as pa
+@dataclass(frozen=True)
+class ChunkJob:
+    """The second reduce job: what every chunk task needs (shipped once with the task closure)."""
 
-    arrays = [pa.array(lookup.ids(CATEGORICAL_COLUMNS.index(name), column))
-              if name in CATEGORICAL_COLUMNS and CATEGORICAL_COLUMNS.index(name) in lookup.tables else column
-              for name, column in zip(batch.schema.names, batch.columns)]
-    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+    spec: Any  # dlrm.data.feature_spec.FeatureSpec of the dataset
+    work: str  # per-chunk files go to <work>/c<chunk>/
+    layout: ChunkLayout
+    parquet_dir: Optional[str]
+    lookup_dir: str  # dictionary.write_feature's arrays
+    batch_rows: int  # rows transformed and written at a time
 
-
-def _write_partition(spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str], batches,
-                     lookup: Any = None) -> Iterator:
-    """mapInArrow body: the partition's rows, sorted by (chunk, order) -> one writer per chunk.
-    lookup: a broadcast IdLookup for the features whose ids are still raw values (or None)."""
-    import pyarrow as pa
-
-    ids = lookup.value if lookup is not None else None
-    written: list[tuple[int, int]] = []
-    writer: Optional[_ChunkWriter] = None
-    try:
-        for batch in batches:
-            if ids is not None:
-                batch = _with_ids(batch, ids)
-            chunks = batch.column("chunk").to_numpy(zero_copy_only=False)
-            cuts = [0, *(np.flatnonzero(chunks[1:] != chunks[:-1]) + 1).tolist(), len(chunks)]
-            for a, b in zip(cuts[:-1], cuts[1:]):
-                if b == a:
-                    continue
-                if writer is None or writer.chunk != int(chunks[a]):
-                    if writer is not None:
-                        written.append((writer.chunk, writer.close()))
-                    writer = _ChunkWriter(int(chunks[a]), spec, work, layout, parquet_dir)
-                writer.write(batch.slice(a, b - a))
-    except BaseException:
-        if writer is not None:
+    def run(self, records: Iterator[tuple[int, Any]]) -> Iterator[tuple[int, int]]:
+        """One chunk partition's blobs -> (chunk, rows written); nothing for a chunk without rows."""
+        records = iter(records)
+        first = next(records, None)
+        if first is None:
+            return
+        chunk = first[0] - Partitions.chunk(0)
+        blobs = [first[1], *(blob for _, blob in records)]
+        columns = {name: np.concatenate([b[name] for b in blobs]) for name in CHUNK_COLUMNS}
+        del blobs
+        order = np.lexsort((columns["line"], columns["day"], columns["shuffle_key"]))
+        lookup = IdLookup.open(self.lookup_dir)
+        writer = ChunkWriter(chunk, self.spec, self.work, self.layout, self.parquet_dir)
+        try:
+            for start in range(0, len(order), self.batch_rows):
+                rows = order[start:start + self.batch_rows]
+                values = unpack_categorical(columns["categorical"][rows], columns["missing"][rows])
+                ids = np.stack([lookup.ids(f, values[:, f]) for f in range(values.shape[1])], axis=1)
+                writer.write(ChunkRows(columns["shuffle_key"][rows], columns["day"][rows], columns["line"][rows],
+                                       columns["label"][rows], columns["numerical"][rows], ids))
+        except BaseException:
             writer.abort()  # nothing of a failed chunk is published
-        raise
-    if writer is not None:
-        written.append((writer.chunk, writer.close()))
-    yield pa.RecordBatch.from_pydict({"chunk": pa.array([c for c, _ in written], pa.int32()),
-                                      "rows": pa.array([n for _, n in written], pa.int64())})
-
-
-def write_chunks(frame, spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str],
-                 lookup: Optional[IdLookup] = None) -> dict[int, int]:
-    """frame: the transform's output (raw values for the features of `lookup`) -> chunk id -> rows written
-    (chunks without rows are absent)."""
-    sorted_rows = frame.repartition("chunk").sortWithinPartitions("chunk", *ORDER_COLUMNS)
-    shipped = frame.sparkSession.sparkContext.broadcast(lookup) if lookup is not None else None
-    body = partial(_write_partition, spec, work, layout, parquet_dir, lookup=shipped)
-    counts = sorted_rows.mapInArrow(body, _RESULT_SCHEMA).collect()
-    return {row["chunk"]: row["rows"] for row in counts}
+            raise
+        yield chunk, writer.close()
 
 
 def _concatenate(item: tuple[str, list[str]]) -> None:

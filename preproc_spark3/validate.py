@@ -6,21 +6,19 @@ categorical field may be empty (missing). Anything else is malformed: the row ke
 (e.g. "I3: 'abc' is not an integer (at most 18 digits)") and a `kind` for the summary, and is
 quarantined instead of being used.
 
-The parse runs in Spark's Python workers on Arrow batches (`mapInArrow`), vectorised with pyarrow
+The parse runs in the parse tasks (preproc_spark3.parse_job) on Arrow strings, vectorised with pyarrow
 compute and numpy: one whole-line regex decides well-formedness, and only lines failing it get the
 field-by-field check (`line_problem`) that names their first problem.
 """
 from __future__ import annotations
 
-import os
 import re
-from functools import partial
-from typing import Iterator, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, RAW_FIELD_COUNT
-from preproc_spark3.dictionary import COUNTS_SCHEMA, ValueCounter
 
 _INT = r"-?[0-9]{1,18}"
 _HEX = r"[0-9a-fA-F]{1,8}"
@@ -35,14 +33,7 @@ KIND_FIELD_COUNT, KIND_LABEL, KIND_INTEGER, KIND_CATEGORICAL = "field_count", "l
 _INTEGER_FIELD = re.compile(_INT)
 _HEX_FIELD = re.compile(_HEX)
 
-# Columns the raw-line frame brings along (see raw_input.read_lines) and the parse adds.
-PROVENANCE_SCHEMA = "day int, file string, block_start long, row_id long"
-PARSED_SCHEMA = (f"{PROVENANCE_SCHEMA}, reason string, kind string, value string, {LABEL} int, "
-                 + ", ".join([f"{c} long" for c in NUMERICAL_COLUMNS] + [f"{c} long" for c in CATEGORICAL_COLUMNS]))
-
-_HEX_DIGIT = np.zeros(256, dtype=np.int64)
-for _c in "0123456789abcdef":
-    _HEX_DIGIT[ord(_c)] = _HEX_DIGIT[ord(_c.upper())] = int(_c, 16)
+_LOW_NIBBLES, _ONES, _ALL = np.uint64(0x0F0F0F0F0F0F0F0F), np.uint64(0x0101010101010101), np.uint64(2**64 - 1)
 
 
 def line_problem(text: str) -> Optional[tuple[str, str]]:
@@ -62,130 +53,81 @@ def line_problem(text: str) -> Optional[tuple[str, str]]:
     return None
 
 
-def _hex_values(column):
-    """Arrow strings of 0-8 hex digits -> int64 values (the hash read as an unsigned number); '' -> null."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def _hex_values(offsets: tuple[np.ndarray, np.ndarray], data: np.ndarray) -> np.ndarray:
+    """Fields of 0-8 hex digits, given by their start/end byte offsets [n, k] into `data` -> int64 values
+    (the hash read as an unsigned number); an empty field -> MISSING.
 
-    padded = pc.utf8_lpad(column, 8, "0")  # '' -> '00000000', masked below
-    offsets = np.frombuffer(padded.buffers()[1], dtype=np.int32)[padded.offset:padded.offset + len(padded) + 1]
-    chars = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]].reshape(-1, 8)
-    digits = _HEX_DIGIT[chars]
-    values = np.zeros(len(padded), dtype=np.int64)
-    for k in range(8):
-        values = (values << 4) | digits[:, k]
-    return pa.array(values, mask=pc.equal(column, "").to_numpy(zero_copy_only=False))
+    Each field's last 8 bytes are read as one big-endian 64-bit word (an unaligned strided view), and the
+    digits are combined inside the word (SWAR), so every step is one numpy pass over the fields."""
+    starts, ends = offsets
+    padded = np.concatenate([np.zeros(8, dtype=np.uint8), data])
+    words: np.ndarray = np.ndarray(shape=(len(data) + 1,), dtype=">u8", buffer=padded, strides=(1,))  # data[j-8:j]
+    word = words[ends.ravel()].astype(np.uint64)
+    digits = (word & _LOW_NIBBLES) + ((word >> np.uint64(6)) & _ONES) * np.uint64(9)  # '0'-'9', a-f, A-F
+    lengths = (ends - starts).ravel().astype(np.uint64)
+    keep = np.where(lengths >= 8, _ALL, (np.uint64(1) << (np.uint64(8) * np.minimum(lengths, 7))) - np.uint64(1))
+    x = digits & keep  # bytes before the field's start -> 0
+    x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
+    x = (x | (x >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
+    x = (x | (x >> np.uint64(16))) & np.uint64(0x00000000FFFFFFFF)
+    values = x.astype(np.int64).reshape(starts.shape)
+    values[starts == ends] = MISSING
+    return values
 
 
 def _integers(column):
+    """Arrow strings of integers ('' = missing) -> int64 values, missing -> 0 (what the transform makes of it)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    return pc.cast(pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column), pa.int64())
+    return pc.fill_null(pc.cast(pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column),
+                                pa.int64()), 0).to_numpy()
 
 
-def parse_batch(batch):
-    """One Arrow batch of raw lines (value + provenance columns) -> the PARSED_SCHEMA columns."""
+MISSING = -1  # categorical value of an empty field
+
+
+@dataclass
+class ParsedLines:
+    """A block of raw lines, parsed. Arrays of the well-formed lines (`good` rows, in order) and, for the
+    malformed ones, their row index, kind and reason."""
+
+    good: np.ndarray  # bool [n]
+    label: np.ndarray  # int8 [n_good]
+    integers: np.ndarray  # int64 [n_good, 13], missing -> 0
+    categorical: np.ndarray  # int64 [n_good, 26], missing -> MISSING
+    bad_rows: np.ndarray  # int64 row indices of the malformed lines
+    kinds: list[str]
+    reasons: list[str]
+
+
+def parse_lines(lines) -> ParsedLines:
+    """Arrow strings (one raw line each, no terminator) -> ParsedLines."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    lines = batch.column("value")
-    n = len(lines)
     good = pc.match_substring_regex(lines, LINE_PATTERN).to_numpy(zero_copy_only=False)
-    good_rows = pa.array(np.flatnonzero(good))
     bad_rows = np.flatnonzero(~good)
-    fields = pc.split_pattern(pc.take(lines, good_rows), "\t")
-
-    def column(values, arrow_type):
-        """Values of the good lines, null on the malformed ones."""
-        if not len(bad_rows):
-            return values
-        full = pa.nulls(n, arrow_type)
-        if not len(good_rows):
-            return full
-        scattered = np.zeros(n, dtype=np.int64)
-        scattered[good] = np.arange(len(good_rows))
-        return pc.if_else(pa.array(good), pc.take(values, pa.array(scattered)), full)
-
-    out = {name: batch.column(name) for name in ("day", "file", "block_start", "row_id")}
-    problems = {int(i): line_problem(lines[int(i)].as_py()) for i in bad_rows}
-    for i, problem in problems.items():
+    problems = []
+    for i in bad_rows:
+        problem = line_problem(lines[int(i)].as_py())
         if problem is None:  # the whole-line pattern and the field checks disagree: a bug, not bad data
-            raise AssertionError(f"line {lines[i].as_py()!r} fails {LINE_PATTERN!r} but no field check")
-    reasons: list[Optional[str]] = [None] * n
-    kinds: list[Optional[str]] = [None] * n
-    for i, (kind, reason) in ((i, p) for i, p in problems.items() if p is not None):
-        reasons[i], kinds[i] = reason, kind
-    out["reason"] = pa.array(reasons, pa.string())
-    out["kind"] = pa.array(kinds, pa.string())
-    out["value"] = pc.if_else(pa.array(~good), lines, pa.scalar(None, pa.string()))
-    out[LABEL] = column(pc.cast(pc.list_element(fields, 0), pa.int32()), pa.int32())
-    for i, name in enumerate(NUMERICAL_COLUMNS, start=1):
-        out[name] = column(_integers(pc.list_element(fields, i)), pa.int64())
-    for i, name in enumerate(CATEGORICAL_COLUMNS, start=1 + len(NUMERICAL_COLUMNS)):
-        out[name] = column(_hex_values(pc.list_element(fields, i)), pa.int64())
-    return pa.RecordBatch.from_pydict(out)
-
-
-BLOCKS_SCHEMA = "file string, block_start long, first_row_id long, lines long, path string, counts_path string"
-
-
-def _parse_and_store(directory: str, dictionary_days: tuple[int, ...], batches) -> Iterator:
-    """mapInArrow body: parse the task's lines into one parquet file (PARSED_SCHEMA) and count the
-    categorical values of its well-formed `dictionary_days` rows into another (COUNTS_SCHEMA); yield,
-    per input block, its first row_id and line count, with both files' paths (only files of successful
-    attempts are ever listed, so a retried task leaves no duplicate rows)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    assert context is not None, "runs inside a Spark task"
-    path = os.path.join(directory, f"part-{context.partitionId():05d}-{context.attemptNumber()}.parquet")
-    counts_path = path[:-len(".parquet")] + ".counts.parquet"
-    counter = ValueCounter(dictionary_days)
-    blocks: dict[tuple[str, int], list[int]] = {}
-    writer = None
-    try:
-        for batch in batches:
-            parsed = parse_batch(batch)
-            counter.add(parsed)
-            if writer is None:
-                writer = pq.ParquetWriter(path, parsed.schema, compression="snappy")
-            writer.write_batch(parsed)
-            stats = pa.table({"file": batch.column("file"), "block_start": batch.column("block_start"),
-                              "row_id": batch.column("row_id")}).group_by(["file", "block_start"]).aggregate(
-                [("row_id", "min"), ("row_id", "count")])
-            for file, start, first, lines in zip(*(stats.column(c).to_pylist() for c in
-                                                   ("file", "block_start", "row_id_min", "row_id_count"))):
-                known = blocks.setdefault((file, start), [first, 0])
-                known[0], known[1] = min(known[0], first), known[1] + lines
-    finally:
-        if writer is not None:
-            writer.close()
-    pq.write_table(counter.table(), counts_path, compression="snappy")
-    keys = sorted(blocks)
-    yield pa.RecordBatch.from_pydict({
-        "file": pa.array([k[0] for k in keys], pa.string()), "block_start": pa.array([k[1] for k in keys], pa.int64()),
-        "first_row_id": pa.array([blocks[k][0] for k in keys], pa.int64()),
-        "lines": pa.array([blocks[k][1] for k in keys], pa.int64()),
-        "path": pa.array([path] * len(keys), pa.string()),
-        "counts_path": pa.array([counts_path] * len(keys), pa.string())})
-
-
-def parse_lines(spark, lines, directory: str, dictionary_days: tuple[int, ...]):
-    """DataFrame[value + PROVENANCE_SCHEMA] -> (DataFrame[PARSED_SCHEMA], DataFrame[COUNTS_SCHEMA], blocks):
-    typed columns, `reason`/`kind` (null when well formed) and the raw `value` (kept only for malformed
-    lines), stored once under `directory` by the parse tasks; partial value counts of the well-formed
-    `dictionary_days` rows (see dictionary.ValueCounter); blocks: (file, block_start, first_row_id, lines)."""
-    import shutil
-
-    shutil.rmtree(directory, ignore_errors=True)  # no stale parts of an earlier run
-    os.makedirs(directory)
-    blocks = lines.mapInArrow(partial(_parse_and_store, directory, tuple(dictionary_days)), BLOCKS_SCHEMA).collect()
-    paths = sorted({b["path"] for b in blocks})
-    counts_paths = sorted({b["counts_path"] for b in blocks})
-    frame = spark.read.schema(PARSED_SCHEMA).parquet(*paths) if paths else spark.createDataFrame([], PARSED_SCHEMA)
-    counts = (spark.read.schema(COUNTS_SCHEMA).parquet(*counts_paths) if counts_paths
-              else spark.createDataFrame([], COUNTS_SCHEMA))
-    return frame, counts, blocks
+            raise AssertionError(f"line {lines[int(i)].as_py()!r} fails {LINE_PATTERN!r} but no field check")
+        problems.append(problem)
+    kinds, reasons = [k for k, _ in problems], [r for _, r in problems]
+    if not good.any():
+        return ParsedLines(good, np.zeros(0, dtype=np.int8), np.zeros((0, len(NUMERICAL_COLUMNS)), dtype=np.int64),
+                           np.zeros((0, len(CATEGORICAL_COLUMNS)), dtype=np.int64), bad_rows, kinds, reasons)
+    kept = lines if not len(bad_rows) else pc.filter(lines, pa.array(good))
+    n = len(kept)
+    flat = pc.split_pattern(kept, "\t").flatten()  # RAW_FIELD_COUNT fields per line
+    bounds = np.frombuffer(flat.buffers()[1], dtype=np.int32)[flat.offset:flat.offset + len(flat) + 1]
+    data = np.frombuffer(flat.buffers()[2], dtype=np.uint8)
+    starts = bounds[:-1].reshape(n, RAW_FIELD_COUNT)
+    ends = bounds[1:].reshape(n, RAW_FIELD_COUNT)
+    first_categorical = 1 + len(NUMERICAL_COLUMNS)
+    label = (data[starts[:, 0]] - ord("0")).astype(np.int8)
+    stride = np.arange(n, dtype=np.int64) * RAW_FIELD_COUNT
+    integers = np.stack([_integers(pc.take(flat, pa.array(stride + i))) for i in range(1, first_categorical)], axis=1)
+    categorical = _hex_values((starts[:, first_categorical:], ends[:, first_categorical:]), data)
+    return ParsedLines(good, label, integers, categorical, bad_rows, kinds, reasons)

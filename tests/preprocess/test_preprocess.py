@@ -30,7 +30,7 @@ from preproc_spark3.config import (
 )
 from preproc_spark3.pipeline import run
 from preproc_spark3.session import spark_conf, start_session
-from preproc_spark3.to_binary import _write_partition, part_files
+from preproc_spark3.to_binary import ChunkRows, ChunkWriter, part_files
 from tests.support import ROOT
 from tests.support.criteo_raw import MALFORMED_KINDS, write_raw_days
 from tests.support.reference_preprocess import reference_preprocess
@@ -219,25 +219,29 @@ def test_part_files_are_read_in_part_number_order_and_other_files_skipped(tmp_pa
 
 
 def test_chunk_writer_rejects_rows_out_of_order(tmp_path):
-    """The executors' writer trusts no row order it has not checked (here across two batches of a chunk)."""
-    import pyarrow as pa
+    """The chunk writer trusts no row order it has not checked (here across two batches of a chunk)."""
 
     def batch(lines):
         n = len(lines)
-        columns = {"chunk": pa.array([0] * n, pa.int32()), "shuffle_key": pa.array([0] * n, pa.int64()),
-                   "day": pa.array([0] * n, pa.int32()), "line": pa.array(lines, pa.int64()),
-                   "label": pa.array([0.0] * n, pa.float32())}
-        columns.update({f"I{i}": pa.array([0.5] * n, pa.float32()) for i in range(1, 14)})
-        columns.update({f"C{i}": pa.array([1] * n, pa.int32()) for i in range(1, 27)})
-        return pa.RecordBatch.from_pydict(columns)
+        return ChunkRows(np.zeros(n, np.int64), np.zeros(n, np.int32), np.array(lines, np.int64),
+                         np.zeros(n, np.float32), np.full((n, 13), 0.5, np.float32), np.ones((n, 26), np.int32))
+
+    def write(batches) -> int:
+        writer = ChunkWriter(0, spec, str(tmp_path), layout, None)
+        try:
+            for rows in batches:
+                writer.write(rows)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.close()
 
     spec = FeatureSpec.criteo_like([5] * 26, mappings=("train", "test", "validation"))
     layout = ChunkLayout((1, 1, 1), ((0, 4),), 1, 2)
     with pytest.raises(PreprocessError, match=r"row 2 of chunk 0 \(split train\) is out of"):
-        list(_write_partition(spec, str(tmp_path), layout, None, iter([batch([1, 3]), batch([2, 4])])))
+        write([batch([1, 3]), batch([2, 4])])
     assert not list(tmp_path.rglob("*.bin"))  # the writer aborted: nothing published
-    written = list(_write_partition(spec, str(tmp_path), layout, None, iter([batch([1, 2]), batch([3, 4])])))
-    assert written[0].to_pydict() == {"chunk": [0], "rows": [4]}
+    assert write([batch([1, 2]), batch([3, 4])]) == 4
 
 
 def test_flag_parsing():
@@ -324,3 +328,75 @@ def test_prepare_dataset_then_train_with_main(raw_dir, tmp_path):
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     losses = [m["loss"] for m in metrics if "loss" in m]
     assert losses and all(np.isfinite(losses))
+
+
+def test_shuffle_keys_are_sparks_xxhash64(spark):
+    """The parse tasks' numpy key is Spark's own xxhash64(lit(seed), day, line), for int and long seeds."""
+    from pyspark.sql import functions as F
+
+    from preproc_spark3.shuffle_key import shuffle_keys
+
+    rng = np.random.default_rng(3)
+    day = rng.integers(-(2**31), 2**31, 200, dtype=np.int64).astype(np.int32)
+    day[:3] = (0, 23, -1)
+    line = rng.integers(-(2**63), 2**63 - 1, 200, dtype=np.int64)
+    line[:3] = (1, 2**40, -7)
+    frame = spark.createDataFrame(list(zip(day.tolist(), line.tolist())), "day int, line long")
+    for seed in (0, 12345, 2**31 - 1, 2**31, 2**32 - 1, -5, -(2**40)):
+        rows = frame.select(F.xxhash64(F.lit(seed), "day", "line").alias("key")).collect()
+        np.testing.assert_array_equal(shuffle_keys(seed, day, line), [r["key"] for r in rows], err_msg=f"seed {seed}")
+
+
+def test_reduce_jobs_reuse_the_parse_output(outputs):
+    """Both reduce jobs read the one shuffle: each input split is parsed once (3 days, one split each)."""
+    _, result = outputs("T2")
+    assert result.parse_tasks == 3
+    assert set(result.stage_seconds) == {"count", "parse_dictionary", "write_chunks", "to_binary"}
+
+
+def _edge_case_days(plain: Path, packed: Path) -> None:
+    """Three small days with CRLF and lone-CR terminators, empty lines and a last line without terminator,
+    written plain (for the reference) and as day_0.gz, day_1 (plain), day_2.bz2 (for the pipeline)."""
+    import bz2
+    import gzip
+
+    write_raw_days(plain, [0, 1, 2], (40, 30, 21), seed=9, malformed_per_day=2)
+    days = [(plain / f"day_{d}").read_bytes().split(b"\n")[:-1] for d in range(3)]
+    texts = [b"\r\n".join(days[0][:10] + [b""] + days[0][10:]) + b"\r\n",
+             b"\r".join(days[1][:5]) + b"\r" + b"\n".join(days[1][5:]),  # lone CRs; no final terminator
+             b"\n".join(days[2]) + b"\n\n"]  # a last empty line
+    for d, text in enumerate(texts):
+        (plain / f"day_{d}").write_bytes(text)
+    packed.mkdir()
+    (packed / "day_0.gz").write_bytes(gzip.compress(texts[0]))
+    (packed / "day_1").write_bytes(texts[1])
+    (packed / "day_2.bz2").write_bytes(bz2.compress(texts[2]))
+
+
+def test_line_terminators_empty_lines_compression_and_small_splits(spark, tmp_path):
+    """Lines as Spark's text reader cuts them (\\n, \\r\\n, lone \\r; empty lines; no final terminator), from
+    .gz, .bz2 and plain files cut into 1 KiB splits, match the reference row by row."""
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    _edge_case_days(plain, packed)
+    config = _config(str(packed), tmp_path / "out", threshold="0", rows_per_chunk=16,
+                     spark=SparkSettings(max_partition_bytes="1k"))
+    config.max_malformed_fraction = 0.5  # a tenth of these lines is malformed
+    result = run(config, spark)
+    ref = reference_preprocess(str(plain), TRAIN_DAYS, EVAL_DAY, [0] * 26)
+    assert result.parse_tasks == 10  # day_1 (8 KiB) is cut into 8 splits; a compressed file is one
+    assert result.lines_per_day == {0: 41, 1: 30, 2: 22}
+    assert result.cardinalities == ref.cardinalities
+    for split, want in ref.splits.items():
+        got = _parquet_split(config.out_dir, split)
+        for name in ("day", "line", "label", "categorical", "numerical"):
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"{split} {name}")
+    records = [json.loads(line) for line in Path(config.out_dir, "quarantine.jsonl").read_text().splitlines()]
+    assert [(Path(r["source_file"]).name, r["line_number"], r["kind"], r["reason"], r["raw_line"]) for r in records] \
+        == [(Path(q.source_file).name + {"day_0": ".gz", "day_2": ".bz2"}.get(Path(q.source_file).name, ""),
+             q.line_number, q.kind, q.reason, q.raw_line) for q in ref.quarantined]
+
+
+def test_unreadable_compression_is_one_clear_error(raw_dir, tmp_path):
+    (tmp_path / "day_0.snappy").write_bytes(b"x")
+    with pytest.raises(PreprocessError, match=r"day_0.snappy: compression '.snappy' is not supported"):
+        run(_config(str(tmp_path), tmp_path / "out"))
