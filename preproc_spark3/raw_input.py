@@ -190,9 +190,13 @@ def split_line_count(split: InputSplit) -> int:
 
 
 def lines_array(block: bytes):
-    """A block of whole lines -> Arrow strings, one per line, without terminators (no copy but one)."""
+    """A block of whole lines -> Arrow strings, one per line, without terminators (no copy but one).
+    Bytes that are not UTF-8 become U+FFFD, as Spark's text reader decodes them (such a line is malformed
+    and quarantined with them)."""
     import pyarrow as pa
 
+    if not block.isascii():
+        block = block.decode("utf-8", errors="replace").encode("utf-8")
     data = np.frombuffer(block, dtype=np.uint8)
     ends, removed = _terminators(block)
     if len(block) and block[-1:] not in (b"\n", b"\r"):

@@ -396,6 +396,25 @@ def test_line_terminators_empty_lines_compression_and_small_splits(spark, tmp_pa
              q.line_number, q.kind, q.reason, q.raw_line) for q in ref.quarantined]
 
 
+def test_bytes_that_are_not_utf8_are_quarantined_not_a_crash(spark, raw, raw_dir, tmp_path):
+    """A raw line with a byte that is not UTF-8 is malformed: quarantined (U+FFFD for the byte), the run goes on."""
+    bad_dir = tmp_path / "raw"
+    bad_dir.mkdir()
+    for day in (0, 1, 2):
+        text = (Path(raw_dir) / f"day_{day}").read_bytes()
+        if day == 1:
+            first, rest = text.split(b"\n", 1)
+            text = first.replace(b"\t", b"\t\xff", 1) + b"\n" + rest  # label field "\xff<label>"
+        (bad_dir / f"day_{day}").write_bytes(text)
+    config = _config(str(bad_dir), tmp_path / "out", threshold="0")
+    result = run(config, spark)
+    records = [json.loads(x) for x in Path(config.out_dir, "quarantine.jsonl").read_text().splitlines()]
+    bad = [r for r in records if r["source_file"].endswith("day_1") and r["line_number"] == 1]
+    assert len(bad) == 1 and "\ufffd" in bad[0]["raw_line"], bad
+    assert sum(result.rows.values()) + result.malformed.malformed_lines == sum(LINES)
+    assert Path(config.out_dir, "feature_spec.yaml").exists()
+
+
 def test_unreadable_compression_is_one_clear_error(raw_dir, tmp_path):
     (tmp_path / "day_0.snappy").write_bytes(b"x")
     with pytest.raises(PreprocessError, match=r"day_0.snappy: compression '.snappy' is not supported"):
