@@ -103,8 +103,9 @@ def test_benchmark_times_training_steps_and_stops(dataset, tmp_path, capsys):
 
 @pytest.mark.parametrize("model_type, rate", [("deep", "lr_deep"), ("wide", "lr_wide")])
 def test_one_part_models_log_only_their_part_s_rate(dataset, tmp_path, model_type, rate):
-    result = _run(dataset, tmp_path / "run", "--model_type", model_type, "--num_epochs", "0.3",
-                  "--deep_warmup_epochs", "0.1")
+    flags = FLAGS[:FLAGS.index("--wide_crosses")] if model_type == "deep" else FLAGS  # crosses are wide
+    result = run(parse_config(["--dataset_path", dataset, "--run_dir", str(tmp_path / "run"), *flags,
+                               "--model_type", model_type, "--num_epochs", "0.3", "--deep_warmup_epochs", "0.1"]))
     train = [r for r in read_metrics(str(tmp_path / "run" / "metrics.jsonl")) if r["kind"] == "train"]
     assert result.step == len(train) > 0
     assert {k for k in train[-1] if k.startswith("lr_")} == {rate}
