@@ -26,6 +26,7 @@ from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
 from dlrm.data.feature_spec import FeatureSpec
 from preproc_spark3.chunks import first_half_lines
 from preproc_spark3.config import RAW_FIELD_COUNT, parse_days
+from preproc_spark3.dictionary import build_feature, lookup_ids
 from preproc_spark3.validate import HEX_PATTERN, INTEGER_PATTERN
 
 _HEX_VALUE = np.full(256, 0, dtype=np.uint32)
@@ -82,23 +83,10 @@ def parse_day(path: Path, quarantine) -> dict[str, np.ndarray]:
 
 
 def dictionary(values: np.ndarray, threshold: int) -> tuple[np.ndarray, np.ndarray]:
-    """Kept values sorted ascending, with their ids (descending count, ties by value) -> (values, ids)."""
+    """Kept values sorted ascending, with their ids (the pipeline's rule: descending count, ties by value)."""
     present = values[values >= 0]
-    uniq, counts = np.unique(present, return_counts=True)
-    keep = counts >= threshold
-    uniq, counts = uniq[keep], counts[keep]
-    rank = np.lexsort((uniq, -counts))  # positions in id order
-    ids = np.empty(len(uniq), dtype=np.int32)
-    ids[rank] = np.arange(1, len(uniq) + 1, dtype=np.int32)
-    return uniq, ids
-
-
-def apply(values: np.ndarray, uniq: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Ids of `values`; 0 for missing (-1), unseen and below-threshold values."""
-    if len(uniq) == 0:
-        return np.zeros(len(values), dtype=np.int32)
-    pos = np.minimum(np.searchsorted(uniq, values), len(uniq) - 1)
-    return np.where(uniq[pos] == values, ids[pos], 0).astype(np.int32)
+    built = build_feature([np.unique(present, return_counts=True)], threshold)
+    return built.values, built.ids
 
 
 def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
@@ -129,7 +117,7 @@ def write_split(writer: SplitBinaryWriter, arrays: tuple, maps: list, chunk_rows
     for s in range(0, len(label), chunk_rows):
         e = s + chunk_rows
         numerical = np.log(np.maximum(ints[s:e], 0).astype(np.float64) + 1.0).astype(np.float32)
-        writer.write(label[s:e], numerical, [apply(cats[s:e, f], *maps[f]) for f in range(NUM_CATEGORICAL)])
+        writer.write(label[s:e], numerical, [lookup_ids(*maps[f], cats[s:e, f]) for f in range(NUM_CATEGORICAL)])
     return len(label)
 
 

@@ -117,17 +117,22 @@ class IdLookup:
 
     def ids(self, feature: int, values: np.ndarray) -> np.ndarray:
         """int64 raw values (negative = missing) -> int32 ids."""
-        kept, ids = self.tables[feature]
-        found = np.zeros(len(values), dtype=np.int32)
-        if not len(kept):
-            return found
-        if len(kept) > _SMALL_TABLE:  # sorted queries keep the binary search in cache: ~3x faster here
-            order = np.argsort(values)
-            position = np.empty(len(values), dtype=np.intp)
-            position[order] = np.searchsorted(kept, values[order])
-        else:
-            position = np.searchsorted(kept, values)
-        position = np.minimum(position, len(kept) - 1)
-        hit = kept[position] == values
-        found[hit] = ids[position[hit]]
+        return lookup_ids(*self.tables[feature], values)
+
+
+def lookup_ids(kept: np.ndarray, ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Ids of int64 `values` in one feature's kept values (sorted ascending) and their ids; missing
+    (negative), unseen and below-threshold values -> 0."""
+    found = np.zeros(len(values), dtype=np.int32)
+    if not len(kept):
         return found
+    if len(kept) > _SMALL_TABLE:  # sorted queries keep the binary search in cache: ~3x faster here
+        order = np.argsort(values)
+        position = np.empty(len(values), dtype=np.intp)
+        position[order] = np.searchsorted(kept, values[order])
+    else:
+        position = np.searchsorted(kept, values)
+    position = np.minimum(position, len(kept) - 1)
+    hit = kept[position] == values
+    found[hit] = ids[position[hit]]
+    return found
