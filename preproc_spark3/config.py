@@ -95,15 +95,16 @@ class PreprocConfig:
                                   f"{self.rows_per_chunk}, {self.conversion_batch_rows}")
         if self.log_offset <= 0:
             raise PreprocessError(f"log_offset must be > 0, got {self.log_offset}")
-        parse_bytes(self.spark.max_partition_bytes)
+        parse_bytes(self.spark.max_partition_bytes, flag="--max_partition_bytes")
         check_gpu_settings(self.spark)
 
 
-def parse_bytes(text: str) -> int:
-    """A size like Spark's: `134217728`, `64k`, `128m`, `1g` (binary units) -> bytes (> 0)."""
+def parse_bytes(text: str, flag: str = "size") -> int:
+    """A size like Spark's: `134217728`, `64k`, `128m`, `1g` (binary units) -> bytes (> 0); `flag` names
+    the setting in the message."""
     match = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", str(text).lower())
     if not match or int(match.group(1)) <= 0:
-        raise PreprocessError(f"size {text!r}: expected a positive number of bytes like 128m or 1g")
+        raise PreprocessError(f"{flag} {text!r}: expected a positive number of bytes like 128m or 1g")
     return int(match.group(1)) * _BYTE_UNITS[match.group(2)]
 
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from preproc_spark3.chunks import ChunkLayout, chunk_ids
-from preproc_spark3.config import PreprocConfig, PreprocessError, parse_bytes
+from preproc_spark3.config import PreprocConfig, PreprocessError, SparkSettings, parse_bytes
 from preproc_spark3.raw_input import count_lines, find_day_files, line_blocks, lines_array, plan_splits
 
 TEXTS = [b"a\tb\nccc\r\n\r\ndd\re\n\nlast", b"x\r", b"\n", b"one\ntwo\n", b"\r\n\r\r\n\n\r"]
@@ -50,6 +50,9 @@ def test_sizes_and_unknown_codecs():
     for bad in ("0", "-1m", "1x", ""):
         with pytest.raises(PreprocessError):
             parse_bytes(bad)
+    settings = SparkSettings(max_partition_bytes="abc")
+    with pytest.raises(PreprocessError, match="--max_partition_bytes 'abc': expected a positive number of bytes"):
+        PreprocConfig(raw_dir="raw", out_dir="out", spark=settings).validate()
 
 
 def test_chunk_ids_cut_each_split_into_ordered_ranges():
