@@ -263,6 +263,8 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
          type=positive_int)
     _add(train, "--inter_op_threads", [("train", "inter_op_threads")], "TensorFlow inter-op threads per process",
          type=positive_int)
+    _add(train, "--backend", [("train", "backend")], "collectives: horovod (horovodrun), mpi (mpi4py under mpirun "
+         "or srun); auto: horovod if HOROVOD_* is set or one process, else mpi", choices=["auto", "horovod", "mpi"])
     _add(train, "--predictions_path", [("train", "predictions_path")],
          "write every evaluated row's group_id,label,logit,probability to this CSV file (eval mode; train mode: "
          "the final evaluation)")

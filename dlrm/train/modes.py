@@ -126,7 +126,7 @@ def log_features(parts: Parts, dataset_dir: str, log: MetricsLog) -> None:
     contract, config = parts.contract, parts.config
     log.message(f"{config.model.arch} on {dataset_dir}: {contract.num_numerical} numerical features, "
                 f"{contract.num_tables} tables ({sum(t.rows for t in contract.tables):,} rows), world size "
-                f"{parts.group.size}, mode {config.train.mode}")
+                f"{parts.group.size} ({parts.group.backend}), mode {config.train.mode}")
     log.message("tables: " + ", ".join(
         f"{t.name} ({t.rows:,} x {t.dim}" + (f", {t.hotness}-hot {t.combiner}" if t.multi_hot else "") + ")"
         for t in contract.tables))
@@ -148,7 +148,7 @@ def run(config: Config) -> RunResult:
     """Set up, then run `config.train.mode`. Raises a UserError (NonFiniteLossError, CheckpointError, DataError,
     Interrupted, PeerRankFailed, ...) on failure."""
     configure_tensorflow(config.train)
-    group = dist.start()
+    group = dist.start(config.train.backend)
     log = MetricsLog(config.train.run_dir, enabled=group.rank == 0)
     try:
         check_predictions_path(config.train.predictions_path, group)

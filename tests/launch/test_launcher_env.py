@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlrm import dist
+from dlrm.errors import EnvironmentProblem
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,18 +87,61 @@ def test_starting_twice_gives_the_same_group():
     assert out.split()[-3:] == ["True", "1", "True"]
 
 
-def test_a_launcher_announcing_more_ranks_than_horovod_sees_gets_one_message():
-    """As under `srun` with an MPI plugin that does not match: Slurm announces 2 tasks, Horovod starts
-    a world of one. main.py must say so in one line before any work, not train alone."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("HOROVOD_", "OMPI_", "PMI"))}
-    env.update(SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2",
-               TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, "main.py", "--max_steps", "1"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("backend, sees", [("horovod", "Horovod sees"), ("mpi", "MPI sees"), ("auto", "MPI sees")])
+def test_a_launcher_announcing_more_ranks_than_the_backend_sees_gets_one_message(backend, sees):
+    """As under `srun` with an MPI plugin that does not match: Slurm announces 2 tasks, the backend starts
+    a world of one. main.py must say so in one line before any work, not train alone (auto: no HOROVOD_*
+    variable under srun, so MPI)."""
+    done = run_main_with_env(["--max_steps", "1", "--backend", backend], SLURM_PROCID="0", SLURM_NTASKS="2",
+                             SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2")
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     [message] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert "started 2 tasks but Horovod sees a world of 1" in message
+    assert f"started 2 tasks but {sees} a world of 1" in message
+
+
+def run_main_with_env(flags: list, **variables) -> subprocess.CompletedProcess:
+    """`python main.py flags` as one process with `variables` set and no launcher variables of this shell."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("HOROVOD_", "OMPI_", "PMI"))}
+    env.update(variables, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "main.py", *flags], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_mpi_backend_under_horovodrun_gloo_gets_one_message():
+    """horovodrun --gloo announces its ranks in HOROVOD_* variables but starts no MPI world."""
+    done = run_main_with_env(["--max_steps", "1", "--backend", "mpi"], HOROVOD_RANK="0", HOROVOD_SIZE="2",
+                             HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="2")
+    assert done.returncode == 1, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        "error: --backend mpi under horovodrun --gloo: there is no MPI world; launch with `mpirun -np 2 python "
+        "main.py --backend mpi` (or `srun --mpi=pmix`), or use --backend horovod"], done.stderr
+
+
+def test_the_mpi_backend_without_mpi4py_gets_one_message(tmp_path):
+    with pytest.raises(EnvironmentProblem, match=r"^--backend mpi: mpi4py is not installed"):
+        dist.choose_backend("mpi", {}, has_horovod=True, has_mpi4py=False)
+    # installed but not loadable (here: hidden by a package of the same name that fails to import)
+    (tmp_path / "mpi4py").mkdir()
+    (tmp_path / "mpi4py" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    done = run_main_with_env(["--max_steps", "1", "--backend", "mpi"], PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == ("error: --backend mpi: mpi4py does not load (hidden by the test); install an MPI "
+                                   "library (Debian: openmpi-bin) or use --backend horovod")
+
+
+@pytest.mark.parametrize("env, has_horovod, has_mpi4py, chosen", [
+    ({}, True, True, "horovod"),  # one process: Horovod, as before the MPI backend existed
+    ({}, False, True, "mpi"),
+    ({}, False, False, "none"),
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, True, True, "mpi"),  # mpirun
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, True, False, "horovod"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "HOROVOD_STALL_CHECK_TIME_SECONDS": "60"}, True, True, "horovod"),
+    ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, True, True, "horovod"),  # horovodrun --gloo
+])
+def test_auto_chooses_the_backend_from_the_launcher(env, has_horovod, has_mpi4py, chosen):
+    assert dist.choose_backend("auto", env, has_horovod=has_horovod, has_mpi4py=has_mpi4py) == chosen
+    assert dist.choose_backend("horovod", env, has_horovod=True, has_mpi4py=has_mpi4py) == "horovod"
 
 
 def test_an_unsafe_numba_threading_layer_gets_one_message():

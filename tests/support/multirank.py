@@ -7,6 +7,10 @@ one TensorFlow thread per rank (2 cores are shared), and `MULTIRANK_RESULT_DIR` 
 directory. A worker calls `write_rank_result(rank, {...})` (JSON, no pickle) and the test reads the
 results back from `RankRun.results`. On timeout the whole process group is killed and the run is
 reported with `timed_out=True`.
+
+`backend="mpi"` launches the same worker with plain `mpirun -np N --allow-run-as-root --oversubscribe`
+instead, without any HOROVOD_* variable (so the process group's `auto` picks the MPI backend) and with
+the MPI backend's collective deadline tightened instead of Horovod's stall detector.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from tests.support import ROOT
 
 HOROVODRUN = str(Path(sys.executable).parent / "horovodrun")
+MPIRUN = shutil.which("mpirun") or "mpirun"
 RESULT_DIR_ENV = "MULTIRANK_RESULT_DIR"
 MPI_ARGS = "--allow-run-as-root --oversubscribe"
 
@@ -39,6 +44,9 @@ RANK_ENV = {
     "CUDA_VISIBLE_DEVICES": "",
     "PYTHONUNBUFFERED": "1",
 }
+# The MPI backend's deadline on every collective (it has no stall detector of its own).
+MPI_RANK_ENV = {"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "30"}
+BACKENDS = ("horovod", "mpi")
 
 
 @dataclass
@@ -68,15 +76,22 @@ def worker_argv(name: str, *args: str) -> List[str]:
     return ["-m", f"tests.workers.{name}", *args]
 
 
-def launch_command(np: int, argv: Sequence[str], mpi: bool = False) -> List[str]:
-    """The horovodrun command line for `np` local ranks running `python argv...`."""
+def launch_command(np: int, argv: Sequence[str], mpi: bool = False, backend: str = "horovod") -> List[str]:
+    """The launcher's command line for `np` local ranks running `python argv...`: horovodrun (Gloo, or its
+    MPI controller with `mpi`) for the Horovod backend, plain mpirun for the MPI backend."""
+    if backend == "mpi":
+        return [MPIRUN, "-np", str(np), *MPI_ARGS.split(), sys.executable, *argv]
     transport = ["--mpi", f"--mpi-args={MPI_ARGS}"] if mpi else ["--gloo"]
     return [HOROVODRUN, "-np", str(np), "-H", f"localhost:{np}", *transport, sys.executable, *argv]
 
 
-def rank_env(extra: Optional[Dict[str, str]] = None, result_dir: Optional[str] = None) -> Dict[str, str]:
+def rank_env(extra: Optional[Dict[str, str]] = None, result_dir: Optional[str] = None,
+             backend: str = "horovod") -> Dict[str, str]:
     env = dict(os.environ)
     env.update(RANK_ENV)
+    if backend == "mpi":
+        env = {key: value for key, value in env.items() if not key.startswith("HOROVOD_")}
+        env.update(MPI_RANK_ENV)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     if result_dir:
         env[RESULT_DIR_ENV] = result_dir
@@ -85,9 +100,9 @@ def rank_env(extra: Optional[Dict[str, str]] = None, result_dir: Optional[str] =
 
 
 def start_ranks(np: int, argv: Sequence[str], mpi: bool = False, env: Optional[Dict[str, str]] = None,
-                result_dir: Optional[str] = None) -> subprocess.Popen:
+                result_dir: Optional[str] = None, backend: str = "horovod") -> subprocess.Popen:
     """Start the launcher in its own process group (so it can be killed whole) and return it."""
-    return subprocess.Popen(launch_command(np, argv, mpi), cwd=ROOT, env=rank_env(env, result_dir),
+    return subprocess.Popen(launch_command(np, argv, mpi, backend), cwd=ROOT, env=rank_env(env, result_dir, backend),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -107,11 +122,12 @@ def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: s
 
 
 def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 240,
-              env: Optional[Dict[str, str]] = None, result_dir: Optional[str] = None) -> RankRun:
+              env: Optional[Dict[str, str]] = None, result_dir: Optional[str] = None,
+              backend: str = "horovod") -> RankRun:
     """Run `python argv...` on `np` local ranks and return a `RankRun` (never hangs past `timeout`)."""
     result_dir = result_dir or scratch_dir("multirank_")
     started = time.monotonic()
-    return finish(start_ranks(np, argv, mpi, env, result_dir), timeout, started, result_dir)
+    return finish(start_ranks(np, argv, mpi, env, result_dir, backend), timeout, started, result_dir)
 
 
 def run_single(argv: Sequence[str], timeout: float = 240, env: Optional[Dict[str, str]] = None,

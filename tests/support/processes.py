@@ -24,7 +24,7 @@ def descendants(pid: int) -> list:
 
 
 def rank_pids(launcher_pid: int) -> dict:
-    """{rank: pid} of the `main.py` processes started by the launcher (HOROVOD_RANK of each)."""
+    """{rank: pid} of the `main.py` processes started by the launcher (HOROVOD_RANK or OMPI_COMM_WORLD_RANK)."""
     pids = {}
     for pid in descendants(launcher_pid):
         try:
@@ -34,9 +34,10 @@ def rank_pids(launcher_pid: int) -> dict:
                 environ = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
         except OSError:
             continue
+        rank = environ.get(b"HOROVOD_RANK", environ.get(b"OMPI_COMM_WORLD_RANK"))
         if cmdline and cmdline[0].endswith(b"python") and any(a.endswith(b"main.py") for a in cmdline) \
-                and b"HOROVOD_RANK" in environ:
-            pids[int(environ[b"HOROVOD_RANK"])] = pid
+                and rank is not None:
+            pids[int(rank)] = pid
     return pids
 
 

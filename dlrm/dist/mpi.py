@@ -1,0 +1,307 @@
+"""The MPI backend on mpi4py: every collective is point-to-point messages polled against a deadline.
+
+MPI has no stall check: a blocking collective waits forever for a rank that is stopped or wedged. So no
+collective here blocks. Each one is, for every peer, one nonblocking send (`Isend`) of a contiguous byte
+buffer and one receive sized from a nonblocking probe (`Improbe`, then `Irecv`), and the rank polls them
+with short sleeps until all are done or the deadline (`DLRM_COLLECTIVE_TIMEOUT_SECONDS`, 300 s by default)
+passes. Polling per peer tells WHICH peers have not delivered: on timeout the rank prints one line naming
+itself, the silent ranks and the collective, and calls `MPI_Abort`, so mpirun / srun end every rank.
+
+Order instead of names: MPI matches messages by (source, tag) in the order they were sent, so every rank
+must issue its collectives in the same order. The tag is the collective's sequence number, and inside a
+`tf.function` every collective is a `tf.numpy_function` with a control dependency on the previous one of
+the same graph: the traced order (the same code on every rank) is the order they run in, whatever
+TensorFlow's scheduling. The all-to-all is differentiable (`tf.custom_gradient`: the reverse all-to-all).
+
+Reductions are bit-reproducible for any world size and any timing: the buffer is cut into one chunk per
+rank, each rank sums its chunk's contributions in rank order 0, 1, ..., N-1, and the summed chunks are
+sent to every rank, so every rank gets the same bits in every run (a reduce-scatter and an allgather:
+each rank sends and receives about twice the buffer, as a ring allreduce does).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import weakref
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from dlrm.dist.group import ProcessGroup
+from dlrm.dist.launcher import LauncherWorld
+from dlrm.errors import EnvironmentProblem
+
+TIMEOUT_ENV = "DLRM_COLLECTIVE_TIMEOUT_SECONDS"
+# A rank waits this long for its peers in one collective before ending the job. It must cover the longest
+# legitimate wait: rank 0 generating the demo dataset or renaming a checkpoint while the others wait, a
+# slow first step (tracing); Horovod's stall shutdown uses the same 300 s (horovod_defaults.env).
+DEFAULT_TIMEOUT_SECONDS = 300.0
+ABORT_EXIT_CODE = 1
+_TAG_CYCLE = 32000  # MPI guarantees tags up to 32767
+_SPIN_POLLS = 50  # polls without sleeping before backing off (small messages arrive within microseconds)
+_MAX_POLL_SLEEP = 0.001
+
+
+def collective_timeout(env: Optional[Mapping[str, str]] = None) -> float:
+    """Seconds a rank waits in one collective (`DLRM_COLLECTIVE_TIMEOUT_SECONDS`, default 300)."""
+    value = (os.environ if env is None else env).get(TIMEOUT_ENV, "").strip()
+    if not value:
+        return DEFAULT_TIMEOUT_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise EnvironmentProblem(f"{TIMEOUT_ENV} must be a positive number of seconds, got {value!r}")
+    return seconds
+
+
+def start_mpi(announced: LauncherWorld) -> "MpiGroup":
+    """Initialise MPI (mpi4py) and check that its world is the one the launcher announced."""
+    timeout = collective_timeout()
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError) as error:  # e.g. no MPI library that the installed mpi4py can load
+        raise EnvironmentProblem(f"--backend mpi: mpi4py does not load ({error}); install an MPI library "
+                                 f"(Debian: openmpi-bin) or use --backend horovod") from None
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if announced.size > 1 and size != announced.size:
+        raise EnvironmentProblem(
+            f"launcher ({announced.source}) started {announced.size} tasks but MPI sees a world of {size}: "
+            f"the launcher does not start an MPI job this MPI understands (use `mpirun -np N`, or "
+            f"`srun --mpi=pmix` with the MPI mpi4py was built against); see docs/cluster.md, 'How ranks start'")
+    local = size == announced.size and announced.source != "none"
+    group = MpiGroup(comm, rank, size, announced.local_rank if local else 0, announced.local_size if local else 1,
+                     announced, timeout)
+    if size > 1:
+        _abort_on_uncaught_exception(comm)
+    return group
+
+
+def _abort_on_uncaught_exception(comm) -> None:
+    """A rank that dies of an uncaught exception ends the job at once (after its traceback) instead of
+    leaving the others waiting out the timeout (`MPI_Finalize` at exit would wait for them)."""
+    previous = sys.excepthook
+
+    def hook(kind, value, traceback) -> None:
+        previous(kind, value, traceback)
+        sys.stderr.flush()
+        comm.Abort(ABORT_EXIT_CODE)
+
+    sys.excepthook = hook
+
+
+def _bytes(array: np.ndarray) -> np.ndarray:
+    """A contiguous uint8 view of `array` (what travels: the receiver knows dtype and trailing shape)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def _rows(data: np.ndarray, dtype, trailing: Sequence[int]) -> np.ndarray:
+    return data.view(dtype).reshape((-1, *trailing))
+
+
+def _op_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-/]", "_", name).lstrip("_./-") or "collective"
+
+
+class MpiGroup(ProcessGroup):
+    backend = "mpi"
+
+    def __init__(self, comm, rank: int, size: int, local_rank: int, local_size: int, launcher: LauncherWorld,
+                 timeout: float = DEFAULT_TIMEOUT_SECONDS):
+        super().__init__(rank, size, local_rank, local_size, launcher)
+        self._comm = comm
+        self.timeout = timeout
+        self._peers = [r for r in range(size) if r != rank]
+        self._sequence = 0
+        self._last_in_graph: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    # -- the transport: one message per peer, polled against the deadline ---------------------------
+    def _exchange(self, sends: Dict[int, np.ndarray], sources: Sequence[int], name: str) -> Dict[int, np.ndarray]:
+        """Send each buffer of `sends` to its rank, receive one byte buffer from each rank of `sources`.
+
+        Never blocks past the deadline: a peer that does not deliver ends the job (`_give_up`).
+        """
+        from mpi4py import MPI
+
+        comm, status = self._comm, MPI.Status()
+        self._sequence += 1
+        tag = self._sequence % _TAG_CYCLE
+        payloads = {peer: _bytes(buf) for peer, buf in sends.items()}
+        sending = {peer: comm.Isend([data, MPI.BYTE], dest=peer, tag=tag) for peer, data in payloads.items()}
+        probing: List[int] = list(sources)
+        receiving: Dict[int, tuple] = {}
+        received: Dict[int, np.ndarray] = {}
+        deadline, polls = time.monotonic() + self.timeout, 0
+        while probing or receiving or sending:
+            for peer in list(probing):
+                message = comm.Improbe(source=peer, tag=tag, status=status)
+                if message is not None:
+                    data = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+                    receiving[peer] = (message.Irecv([data, MPI.BYTE]), data)
+                    probing.remove(peer)
+            for peer, (request, data) in list(receiving.items()):
+                if request.Test():
+                    received[peer] = data
+                    del receiving[peer]
+            for peer, request in list(sending.items()):
+                if request.Test():
+                    del sending[peer]
+            if not (probing or receiving or sending):
+                break
+            if time.monotonic() > deadline:
+                self._give_up(name, sorted([*probing, *receiving]), sorted(sending))
+            polls += 1
+            time.sleep(0.0 if polls < _SPIN_POLLS else min(_MAX_POLL_SLEEP, 2e-5 * (polls - _SPIN_POLLS + 1)))
+        return received
+
+    def _give_up(self, name: str, silent: List[int], not_receiving: List[int]) -> None:
+        """One line naming this rank, the peers and the collective; then MPI_Abort ends every rank."""
+        peers = silent or not_receiving
+        who = f"rank{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
+        what = f"no data from {who}" if silent else f"{who} did not take its data"
+        os.write(2, f"error: rank {self.rank}: {what} in '{name}' within {self.timeout:g} s (rank dead or "
+                    f"stalled); ending the job\n".encode())
+        self._comm.Abort(ABORT_EXIT_CODE)
+
+    # -- collectives on numpy arrays ------------------------------------------------------------------
+    def _np_alltoall(self, x: np.ndarray, splits: np.ndarray, name: str):
+        x, splits = np.ascontiguousarray(x), np.asarray(splits, np.int64).reshape(-1)
+        if splits.shape != (self.size,) or splits.min(initial=0) < 0 or int(splits.sum()) != x.shape[0]:
+            raise ValueError(f"'{name}': splits {splits.tolist()} do not cut {x.shape[0]} rows into {self.size}")
+        offsets = np.concatenate([[0], np.cumsum(splits)])
+        blocks = [x[offsets[r]:offsets[r + 1]] for r in range(self.size)]
+        got = self._exchange({peer: blocks[peer] for peer in self._peers}, self._peers, name)
+        parts = [blocks[r] if r == self.rank else _rows(got[r], x.dtype, x.shape[1:]) for r in range(self.size)]
+        return np.concatenate(parts), np.array([len(part) for part in parts], np.int32)
+
+    def _np_allgather(self, x: np.ndarray, name: str) -> np.ndarray:
+        x = np.ascontiguousarray(x)
+        got = self._exchange({peer: x for peer in self._peers}, self._peers, name)
+        return np.concatenate([x if r == self.rank else _rows(got[r], x.dtype, x.shape[1:])
+                               for r in range(self.size)])
+
+    def _np_reduce(self, x: np.ndarray, op: str, name: str) -> np.ndarray:
+        """Elementwise sum, max or mean over ranks, summed in rank order by the chunk's owner (same bits on
+        every rank and in every run); `x` keeps its shape and dtype."""
+        flat = np.ascontiguousarray(x).reshape(-1)
+        bounds = [flat.size * r // self.size for r in range(self.size + 1)]
+        chunks = [flat[bounds[r]:bounds[r + 1]] for r in range(self.size)]
+        got = self._exchange({peer: chunks[peer] for peer in self._peers}, self._peers, name)
+        total = chunks[self.rank].copy() if self.rank == 0 else got[0].view(flat.dtype).copy()
+        for r in range(1, self.size):
+            part = chunks[self.rank] if r == self.rank else got[r].view(flat.dtype)
+            (np.maximum if op == "max" else np.add)(total, part, out=total)
+        if op == "mean":
+            np.divide(total, self.size, out=total)
+        got = self._exchange({peer: total for peer in self._peers}, self._peers, name)
+        reduced = np.concatenate([total if r == self.rank else got[r].view(flat.dtype) for r in range(self.size)])
+        return reduced.reshape(np.shape(x))
+
+    def _np_broadcast(self, data: Optional[np.ndarray], root_rank: int, name: str) -> np.ndarray:
+        """`data` of the root (bytes on the other ranks)."""
+        if self.rank == root_rank:
+            assert data is not None
+            self._exchange({peer: data for peer in self._peers}, [], name)
+            return data
+        return self._exchange({}, [root_rank], name)[root_rank]
+
+    # -- inside and outside tf.function ---------------------------------------------------------------
+    def _op(self, fn: Callable, inputs: list, dtypes: list, name: str) -> list:
+        """`fn(*numpy inputs)` -> arrays of `dtypes`, as tensors: at once when eager; in a graph as a
+        `tf.numpy_function` that runs after the graph's previous collective (the same order on every rank)."""
+        import tensorflow as tf
+
+        if tf.executing_eagerly():
+            return [tf.convert_to_tensor(out) for out in fn(*[np.asarray(x) for x in inputs])]
+        graph = tf.compat.v1.get_default_graph()
+        previous = self._last_in_graph.get(graph)
+        with tf.control_dependencies([previous] if previous is not None else []):
+            outputs = tf.numpy_function(fn, inputs, dtypes, stateful=True, name=_op_name(name))
+        self._last_in_graph[graph] = outputs[0].op
+        return list(outputs)
+
+    def _exchange_rows(self, x, splits, name: str):
+        import tensorflow as tf
+
+        received, received_splits = self._op(lambda a, s: self._np_alltoall(a, s, name), [x, splits],
+                                             [x.dtype, tf.int32], name)
+        received.set_shape([None, *x.shape[1:]])
+        received_splits.set_shape([self.size])
+        return received, received_splits
+
+    def _alltoall(self, tensor, splits, name: Optional[str]):
+        import tensorflow as tf
+
+        name = name or "alltoall"
+        tensor, splits = tf.convert_to_tensor(tensor), tf.cast(splits, tf.int32)
+        if not tensor.dtype.is_floating:
+            return self._exchange_rows(tensor, splits, name)
+        received_splits: list = []
+
+        @tf.custom_gradient
+        def differentiable(x):
+            received, sizes = self._exchange_rows(x, splits, name)
+            received_splits.append(sizes)
+
+            def reverse(upstream):  # rows go back to where they came from
+                return self._exchange_rows(tf.convert_to_tensor(upstream), sizes, f"{name}_grad")[0]
+
+            return received, reverse
+
+        received = differentiable(tensor)
+        return received, received_splits[0]
+
+    def _reduce(self, tensor, op: str, name: str):
+        import tensorflow as tf
+
+        tensor = tf.convert_to_tensor(tensor)
+        [reduced] = self._op(lambda a: (self._np_reduce(a, op, name),), [tensor], [tensor.dtype], name)
+        reduced.set_shape(tensor.shape)
+        return reduced
+
+    def _allreduce_sum(self, tensor, name: Optional[str]):
+        return self._reduce(tensor, "sum", name or "allreduce")
+
+    def _mean_of_flat(self, flat, name: str):
+        return self._reduce(flat, "mean", name)
+
+    def _allgather(self, tensor, name: Optional[str]):
+        import tensorflow as tf
+
+        name = name or "allgather"
+        tensor = tf.convert_to_tensor(tensor)
+        [gathered] = self._op(lambda a: (self._np_allgather(a, name),), [tensor], [tensor.dtype], name)
+        gathered.set_shape([None, *tensor.shape[1:]])
+        return gathered
+
+    def _allreduce_sparse_mean(self, grad):
+        import tensorflow as tf
+
+        values = self._allgather(grad.values, "sparse_gradient_values")
+        indices = self._allgather(grad.indices, "sparse_gradient_indices")
+        return tf.IndexedSlices(values / self.size, indices, grad.dense_shape)
+
+    def _broadcast_variables(self, variables: list, root_rank: int) -> None:
+        for i, variable in enumerate(variables):
+            dtype = variable.dtype.as_numpy_dtype
+            value = self._np_broadcast(variable.numpy() if self.rank == root_rank else None, root_rank,
+                                       f"broadcast_variables.{i}")
+            if self.rank != root_rank:
+                variable.assign(value.view(dtype).reshape(variable.shape))
+
+    def _broadcast_object(self, obj, root_rank: int, name: Optional[str]):
+        """JSON, not pickle: tuples arrive as lists (as from `allgather_object`)."""
+        data = np.frombuffer(json.dumps(obj).encode("utf-8"), np.uint8) if self.rank == root_rank else None
+        return json.loads(self._np_broadcast(data, root_rank, name or "broadcast_object").tobytes().decode("utf-8"))
+
+    def _barrier(self) -> None:
+        self._exchange({peer: np.empty(0, np.uint8) for peer in self._peers}, self._peers, "barrier")
+
+    def _max_over_ranks(self, value: int, name: Optional[str]) -> int:
+        return int(self._np_reduce(np.array([value], np.int64), "max", name or "max_over_ranks")[0])
