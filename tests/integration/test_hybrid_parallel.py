@@ -9,7 +9,8 @@ the trainer's real code path (`dlrm.train.modes.run`: reader with per-rank slice
 of 7, 7, 7 and a last one of 2 rows, so the per-rank batches are uneven and at N = 3 one rank gets no
 rows at all. Per optimizer (SGD and sparse Adagrad) the per-step losses and the final weights (dense,
 every table, Adagrad accumulators; read from the final checkpoints) must equal a one-process run
-with the same global batch to float32 tolerance, with Gloo at N = 2 and 3 and with MPI at N = 2. The Gloo
+with the same global batch to float32 tolerance, with Gloo at N = 2 and 3, with Horovod's MPI controller at
+N = 2, and with the MPI backend (mpi4py under plain mpirun) at N = 2 and 3. The Gloo and MPI-backend
 launches also train Wide & Deep on the same tables (deep and dim-1 wide tables in one layer, FTRL + RMSprop,
 dropout 0.1 whose masks are keyed by the dataset row), held to the same tolerance.
 
@@ -101,13 +102,15 @@ def assert_plan_has_every_kind(base: str, world: int) -> None:
 # ------------------------------------------------------------------------------------ tests
 # One horovodrun launch per (world size, controller), shared by both tests below; the 2-rank Gloo
 # launch also restores the 3-rank checkpoint (world-size change).
-EVERY_LAUNCH = pytest.mark.parametrize("world,mpi", [(3, False), (2, False), (2, True)],
-                                       ids=["gloo-3", "gloo-2", "mpi-2"])
+# The MPI backend (mpi4py under plain mpirun) at 2 and 3 ranks beside Horovod's launches.
+EVERY_LAUNCH = pytest.mark.parametrize("world,mpi,backend", [
+    (3, False, "horovod"), (2, False, "horovod"), (2, True, "horovod"), (3, False, "mpi"), (2, False, "mpi")],
+    ids=["gloo-3", "gloo-2", "mpi-2", "mpi4py-3", "mpi4py-2"])
 
 
-def checked_launch(world: int, mpi: bool):
-    restore = three_rank_checkpoint() if (world, mpi) == (2, False) else None
-    run, base = launch(world, mpi, restore_from=restore)
+def checked_launch(world: int, mpi: bool, backend: str = "horovod"):
+    restore = three_rank_checkpoint() if (world, mpi, backend) == (2, False, "horovod") else None
+    run, base = launch(world, mpi, restore_from=restore, backend=backend)
     run.check()
     return run, base
 
@@ -115,19 +118,20 @@ def checked_launch(world: int, mpi: bool):
 @pytest.mark.multirank
 @pytest.mark.slow
 @EVERY_LAUNCH
-def test_n_ranks_train_exactly_like_one_process(world, mpi):
-    run, base = checked_launch(world, mpi)
+def test_n_ranks_train_exactly_like_one_process(world, mpi, backend):
+    run, base = checked_launch(world, mpi, backend)
     ref_run, ref_base = reference(restore_from=three_rank_checkpoint())
     ref_run.check()
     assert_plan_has_every_kind(base, world)
-    assert_same_training(base, ref_base, world, launch_optimizers(mpi))
+    assert_same_training(base, ref_base, world, launch_optimizers(mpi, backend, world))
+    assert {run.results[r]["backend"] for r in range(world)} == {backend}
 
 
 @pytest.mark.multirank
 @pytest.mark.slow
 @EVERY_LAUNCH
-def test_embedding_layer_matches_local_embedding_in_the_same_launch(world, mpi):
-    run, _ = checked_launch(world, mpi)
+def test_embedding_layer_matches_local_embedding_in_the_same_launch(world, mpi, backend):
+    run, _ = checked_launch(world, mpi, backend)
     assert_layer_checks(run, world)
 
 
@@ -161,6 +165,16 @@ def test_three_ranks_stay_within_float_rounding_of_one_process_for_40_steps():
 @pytest.mark.parametrize("world", [3, 4])
 def test_the_same_command_twice_gives_the_same_bits(world):
     assert_same_bits(repro_run(world, "first"), repro_run(world, "second"))
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_three_mpi_backend_ranks_give_the_same_bits_twice_and_stay_near_one_process():
+    first, second = repro_run(3, "first", backend="mpi"), repro_run(3, "second", backend="mpi")
+    assert_same_bits(first, second)
+    np.testing.assert_allclose(losses(first + "/run"), losses(repro_single() + "/run"), rtol=0, atol=TOLERANCE)
+    err, key = max_difference(checkpoint_arrays(first + "/ckpt"), checkpoint_arrays(repro_single() + "/ckpt"))
+    assert err < TOLERANCE, f"final weights differ from one process: {key} by {err}"
 
 
 @pytest.mark.multirank

@@ -18,17 +18,10 @@ import pytest
 
 from tests.support.hybrid import CARDINALITIES, train_flags, without_rank_memory
 from tests.support.multirank import finish, run_single, scratch_dir, start_ranks
+from tests.support.processes import alive as _alive
 from tests.support.processes import rank_pids, wait_until
 
 FAILURE_BOUND_SECONDS = 45.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.multirank

@@ -95,19 +95,22 @@ def _dataset() -> str:
     return memoised("hybrid_dataset", make_dataset)
 
 
-def launch_optimizers(mpi: bool) -> list:
-    """MPI repeats the Gloo runs with the sparse-aware optimizer only (each run costs ~10 s of tracing)."""
+def launch_optimizers(mpi: bool, backend: str = "horovod", world: int = 2) -> list:
+    """Horovod's MPI controller repeats the Gloo runs with the sparse-aware optimizer only, the MPI backend
+    with it and Wide & Deep at 2 ranks, everything at 3 (each run costs ~10 s of tracing)."""
+    if backend == "mpi":
+        return [*OPTIMIZERS, WIDEDEEP] if world > 2 else ["adagrad", WIDEDEEP]
     return ["adagrad"] if mpi else [*OPTIMIZERS, WIDEDEEP]
 
 
-def launch(world: int, mpi: bool = False, restore_from: str | None = None):
+def launch(world: int, mpi: bool = False, restore_from: str | None = None, backend: str = "horovod"):
     """Train (and maybe restore) on `world` ranks; returns (RankRun, output directory)."""
     def go():
-        base = scratch_dir(f"hybrid_{'mpi' if mpi else 'gloo'}{world}_")
-        argv = worker_argv("hybrid_parallel", "ranks", base, _dataset(), ",".join(launch_optimizers(mpi)),
-                           *([restore_from] if restore_from else []))
-        return run_ranks(world, argv, mpi=mpi, timeout=300), base
-    return memoised(("hybrid", world, mpi, restore_from), go)
+        base = scratch_dir(f"hybrid_{'mpi4py' if backend == 'mpi' else 'mpi' if mpi else 'gloo'}{world}_")
+        argv = worker_argv("hybrid_parallel", "ranks", base, _dataset(),
+                           ",".join(launch_optimizers(mpi, backend, world)), *([restore_from] if restore_from else []))
+        return run_ranks(world, argv, mpi=mpi, timeout=300, backend=backend), base
+    return memoised(("hybrid", world, mpi, restore_from, backend), go)
 
 
 def reference(restore_from: str | None = None):
@@ -183,13 +186,13 @@ def repro_command(base: str) -> list:
             "--keep_checkpoints", "2"]
 
 
-def repro_run(world: int, label: str, env: dict | None = None) -> str:
+def repro_run(world: int, label: str, env: dict | None = None, backend: str = "horovod") -> str:
     """One memoised, checked launch of `repro_command` on `world` ranks; returns its output directory."""
     def go():
-        base = scratch_dir(f"repro{world}_{label}_")
-        run_ranks(world, repro_command(base), env=env, timeout=180).check()
+        base = scratch_dir(f"repro{world}_{backend}_{label}_")
+        run_ranks(world, repro_command(base), env=env, timeout=180, backend=backend).check()
         return base
-    return memoised(("repro", world, label), go)
+    return memoised(("repro", world, label, backend), go)
 
 
 def assert_same_bits(base: str, other: str) -> None:

@@ -41,6 +41,15 @@ def rank_pids(launcher_pid: int) -> dict:
     return pids
 
 
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_until(condition, timeout: float, poll: float = 0.2) -> bool:
     """Poll `condition()` until it holds (True) or `timeout` seconds pass (False)."""
     deadline = time.monotonic() + timeout

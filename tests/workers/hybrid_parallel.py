@@ -21,7 +21,7 @@ def main(role: str, base: str, dataset: str, optimizers: list, restore_from: str
     """role: 'reference' (one process) or 'ranks'; trains with `optimizers`, optionally restores."""
     group = dist.start()
     rank = group.rank
-    result = {"rank": rank, "world": group.size}
+    result = {"rank": rank, "world": group.size, "backend": group.backend}
 
     def config(flags):
         return parse_config(flags if group.size > 1 else without_rank_memory(flags))

@@ -1,0 +1,152 @@
+"""The MPI backend (mpi4py under plain `mpirun`) on real ranks: its collectives, and a job that never hangs.
+
+- Every collective at 2 and 3 ranks, eager and inside one `tf.function` (worker tests/workers/collectives.py):
+  uneven and empty all-to-all splits, a rank with zero rows, the all-to-all's gradient, allgather with a
+  variable first dimension, sums, maximum, the all-ranks vote, broadcasts, barrier, agree, the sparse mean,
+  and the fixed-buffer average: bit-equal to the sum in rank order / N on every rank, with ranks arriving
+  in a different order.
+- A rank that stops (SIGSTOP) is named by the others within the collective deadline, and the job ends.
+- `main.py` on the MPI backend: SIGUSR1 to one rank stops every rank at one step with a checkpoint;
+  kill -9 of rank 0 mid-training ends the job non-zero within the bound and the checkpoint resumes on
+  2 ranks; SIGSTOP of a rank mid-training ends the job within the deadline with one line per waiting
+  rank naming the stopped one, and leaves no process behind.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from tests.support.hybrid import CARDINALITIES, train_flags
+from tests.support.multirank import finish, run_ranks, scratch_dir, start_ranks, worker_argv
+from tests.support.processes import alive as _alive
+from tests.support.processes import rank_pids, wait_until
+
+DEADLINE_SECONDS = 15  # DLRM_COLLECTIVE_TIMEOUT_SECONDS of the stalled launches
+BOUND_SECONDS = DEADLINE_SECONDS + 30  # deadline, one step, mpirun ending the other ranks (loaded machine)
+
+
+def _clean_up(pids) -> None:
+    """Whatever the test's outcome: no stopped or orphaned rank stays behind."""
+    for pid in pids:
+        if _alive(pid):
+            for number in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, number)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_collective_on_real_ranks(world):
+    run = run_ranks(world, worker_argv("collectives", "check"), backend="mpi", timeout=180).check()
+    assert sorted(run.results) == list(range(world))
+    assert {(r["backend"], r["size"]) for r in run.results.values()} == {("mpi", world)}
+    assert len({tuple(r["bits"]) for r in run.results.values()}) == 1  # the same bits on every rank
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_a_stopped_rank_is_named_and_the_job_ends_within_the_deadline():
+    run = run_ranks(3, worker_argv("collectives", "stall", "1"), backend="mpi", timeout=120,
+                    env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "5"})
+    pids = [r["pid"] for r in run.results.values()]
+    _clean_up(pids)
+    assert not run.timed_out and run.returncode != 0, run.stderr[-3000:]
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("error:")]
+    assert lines and set(lines) <= {f"error: rank {r}: no data from rank 1 in 'after_stop.sizes' within 5 s (rank dead "
+                                    f"or stalled); ending the job" for r in (0, 2)}, lines
+    assert len(pids) == 3 and not any(_alive(pid) for pid in pids)
+
+
+def _training_job(work: str, world: int, env: dict | None = None):
+    """A long `main.py` run on the MPI backend checkpointing every 2 steps; returns (launcher, flags, root)."""
+    from dlrm.data.synthetic import generate_dataset
+
+    dataset = os.path.join(work, "data")
+    if not os.path.exists(dataset):
+        generate_dataset(dataset, CARDINALITIES, 16_000, 64, seed=4)  # 1000 steps: far more than we wait
+    root = os.path.join(work, "ckpt")
+    flags = train_flags(dataset, "adagrad", os.path.join(work, "run"), root, global_batch=16)
+    flags += ["--checkpoint_every", "2", "--log_every", "10", "--backend", "mpi"]
+    return start_ranks(world, ["main.py", *flags], env=env, result_dir=work, backend="mpi"), flags, root
+
+
+def _wait_for_checkpoint(proc, root: str) -> dict:
+    from dlrm.train import checkpoint
+
+    assert wait_until(lambda: checkpoint.find_checkpoint(root) is not None or proc.poll() is not None, timeout=200), \
+        "no checkpoint within 200 s"
+    assert proc.poll() is None, "training ended before the test could act"
+    return rank_pids(proc.pid)
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_sigusr1_to_one_rank_stops_every_rank_at_one_step_with_a_checkpoint():
+    from dlrm.train import checkpoint
+
+    work = scratch_dir("mpi_signal_")
+    started = time.monotonic()
+    proc, _, root = _training_job(work, 2)
+    try:
+        pids = _wait_for_checkpoint(proc, root)
+        os.kill(pids[1], signal.SIGUSR1)  # rank 1 only: rank 0 learns it at the next step boundary
+    finally:
+        run = finish(proc, timeout=180 + time.monotonic() - started, started=started, result_dir=work)
+        _clean_up(rank_pids(proc.pid).values())
+    assert not run.timed_out and run.returncode == 128 + signal.SIGUSR1, run.stderr[-3000:]
+    [line] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    step = int(re.search(r"stopped by SIGUSR1 after step (\d+)", line).group(1))
+    assert checkpoint.find_checkpoint(root) == os.path.join(root, f"step_{step:08d}")
+
+
+def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: dict | None = None):
+    """Send `number` to `rank` of a training job once it has a checkpoint; returns (run, seconds from the
+    signal to the end of the job, pids, flags, checkpoint root). No rank stays behind."""
+    work = scratch_dir(prefix)
+    started = time.monotonic()
+    proc, flags, root = _training_job(work, world, env)
+    try:
+        pids = _wait_for_checkpoint(proc, root)
+        time.sleep(0.5)  # mid-training, possibly mid-checkpoint
+        os.kill(pids[rank], number)
+        sent_at = time.monotonic()
+    finally:
+        run = finish(proc, timeout=BOUND_SECONDS + 60 + time.monotonic() - started, started=started, result_dir=work)
+        _clean_up(rank_pids(proc.pid).values())
+    _clean_up(pids.values())
+    seconds = run.elapsed - (sent_at - started)
+    print(f"the job ended {seconds:.1f} s after the signal")
+    assert not run.timed_out and run.returncode != 0 and seconds < BOUND_SECONDS, run.stderr[-3000:]
+    assert not any(_alive(pid) for pid in pids.values())
+    return run, seconds, pids, flags, root
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_kill_9_of_a_rank_ends_the_job_and_the_checkpoint_resumes():
+    from dlrm.train import checkpoint
+
+    _, _, _, flags, root = _signal_mid_training("mpi_kill_", 2, 0, signal.SIGKILL)
+    last = checkpoint.find_checkpoint(root)
+    step = checkpoint.read_meta(last)["step"]
+    resumed = run_ranks(2, ["main.py", *flags, "--max_steps", str(step + 2)], backend="mpi", timeout=180).check()
+    assert f"restored {last} (step {step}, written by 2 rank(s))" in resumed.stdout + resumed.stderr
+    assert checkpoint.read_meta(checkpoint.find_checkpoint(root))["step"] == step + 2
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_sigstop_of_a_rank_mid_training_ends_the_job_naming_it():
+    run, _, _, _, _ = _signal_mid_training("mpi_stop_", 3, 2, signal.SIGSTOP,
+                                           env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": str(DEADLINE_SECONDS)})
+    lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    pattern = re.compile(rf"error: rank [01]: no data from rank 2 in '[\w.]+' within {DEADLINE_SECONDS} s "
+                         r"\(rank dead or stalled\); ending the job$")
+    assert lines and all(pattern.match(line) for line in lines), lines
