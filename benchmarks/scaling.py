@@ -19,8 +19,10 @@ DLRM-DCNv2 multi-hot hotness, Criteo 1TB tables capped at 200k rows).
 
 Usage (driver: generates data, alternates world sizes, writes JSON + markdown):
     .venv/bin/python benchmarks/scaling.py [--model tiny|reference|reference_multihot] [--rounds 2]
-        [--windows 3] [--window_seconds 5]
+        [--windows 3] [--window_seconds 5] [--backends horovod,mpi]
 The driver runs each world size `--rounds` times, alternating (1, 2, 1, 2, ...), and reports medians.
+With `--backends horovod,mpi` each round runs world 2 once per backend (the MPI backend under plain
+`mpirun`); the MPI backend has no timeline, so its collective shares are not measured ("-").
 """
 from __future__ import annotations
 
@@ -190,42 +192,58 @@ def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float,
 
 
 # -------------------------------------------------------------------------------- driver
-def run_world(world: int, dataset: str, args) -> dict:
-    scratch = tempfile.mkdtemp(prefix=f"scaling_w{world}_")
+def run_world(world: int, dataset: str, args, backend: str = "horovod") -> dict:
+    scratch = tempfile.mkdtemp(prefix=f"scaling_w{world}_{backend}_")
     out = os.path.join(scratch, "result.json")
     timeline = os.path.join(scratch, "timeline.json")
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", HOROVOD_TIMELINE=timeline,
                HOROVOD_STALL_CHECK_TIME_SECONDS="5", HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="30")
     command = [sys.executable, __file__, "--worker", dataset, "--model", args.model, "--windows", str(args.windows),
                "--window_seconds", str(args.window_seconds), "--out", out]
-    if world > 1:
+    if world > 1 and backend == "mpi":  # no HOROVOD_* variable: the process group's auto picks MPI
+        env = {key: value for key, value in env.items() if not key.startswith("HOROVOD_")}
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        command = ["mpirun", "-np", str(world), "--oversubscribe", *root, *command]
+    elif world > 1:
         command = [str(Path(sys.executable).parent / "horovodrun"), "-np", str(world), "-H",
                    f"localhost:{world}", "--gloo", *command]
     subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=600,
                    stdout=subprocess.DEVNULL if not args.verbose else None)
     result = json.loads(Path(out).read_text())
+    result["backend"] = backend if world > 1 else "none"
     for record in result["windows"]:
         wall = (record["end_us"] - record["begin_us"]) / 1e6
         seconds = collective_seconds(timeline, record["begin_us"], record["end_us"]) \
-            if os.path.exists(timeline) else {"alltoall": 0.0, "allreduce": 0.0, "any_collective": 0.0}
-        record.update({f"{k}_share": v / wall for k, v in seconds.items()})
+            if os.path.exists(timeline) else {"alltoall": None, "allreduce": None, "any_collective": None}
+        record.update({f"{k}_share": None if v is None else v / wall for k, v in seconds.items()})
     return result
+
+
+def _median(values: list) -> Optional[float]:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def summarise(runs: list) -> list:
     rows = []
-    for world in sorted({r["world_size"] for r in runs}):
-        windows = [w for r in runs if r["world_size"] == world for w in r["windows"]]
+    for world, backend in sorted({(r["world_size"], r.get("backend", "horovod")) for r in runs}):
+        mine = [r for r in runs if (r["world_size"], r.get("backend", "horovod")) == (world, backend)]
+        windows = [w for r in mine for w in r["windows"]]
         rows.append({
             "world_size": world,
+            "backend": backend,
             "windows": len(windows),
             "samples_per_sec": statistics.median(w["samples_per_sec"] for w in windows),
-            "alltoall_share": statistics.median(w["alltoall_share"] for w in windows),
-            "allreduce_share": statistics.median(w["allreduce_share"] for w in windows),
-            "any_collective_share": statistics.median(w["any_collective_share"] for w in windows),
-            "plan_kinds": next(r["plan_kinds"] for r in runs if r["world_size"] == world),
+            "alltoall_share": _median([w["alltoall_share"] for w in windows]),
+            "allreduce_share": _median([w["allreduce_share"] for w in windows]),
+            "any_collective_share": _median([w["any_collective_share"] for w in windows]),
+            "plan_kinds": mine[0]["plan_kinds"],
         })
     return rows
+
+
+def _share(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def markdown(rows: list, meta: dict) -> str:
@@ -233,12 +251,12 @@ def markdown(rows: list, meta: dict) -> str:
     lines = [f"Scaling of the {meta['model']} model at global batch {meta['global_batch']} ({meta['date']}, "
              f"{meta['machine']}); "
              f"command: `{meta['command']}`", "",
-             "| world size | samples/s (median) | vs world 1 | all-to-all share | allreduce share | "
-             "any Horovod activity (incl. negotiation) | windows |", "|---|---|---|---|---|---|---|"]
+             "| world size | backend | samples/s (median) | vs world 1 | all-to-all share | allreduce share | "
+             "any Horovod activity (incl. negotiation) | windows |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row['world_size']} | {row['samples_per_sec']:,.0f} | {row['samples_per_sec'] / base:.2f}x | "
-                     f"{100 * row['alltoall_share']:.1f}% | {100 * row['allreduce_share']:.1f}% | "
-                     f"{100 * row['any_collective_share']:.1f}% | {row['windows']} |")
+        lines.append(f"| {row['world_size']} | {row['backend']} | {row['samples_per_sec']:,.0f} | "
+                     f"{row['samples_per_sec'] / base:.2f}x | {_share(row['alltoall_share'])} | "
+                     f"{_share(row['allreduce_share'])} | {_share(row['any_collective_share'])} | {row['windows']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -250,6 +268,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--window_seconds", type=float, default=5.0)
     parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    parser.add_argument("--backends", default="horovod",
+                        help="process-group backends of the 2-rank runs, comma-separated: horovod, mpi")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if args.worker:
@@ -262,15 +282,17 @@ def main() -> None:
     generate_dataset(dataset, model.cardinalities(), model.train_rows, 1024, seed=7, hotness=model.hotness())
     runs = []
     for _ in range(args.rounds):
-        for world in (1, 2):  # alternating, so machine noise hits both alike
-            runs.append(run_world(world, dataset, args))
+        runs.append(run_world(1, dataset, args))  # alternating, so machine noise hits all alike
+        for backend in args.backends.split(","):
+            runs.append(run_world(2, dataset, args, backend))
     rows = summarise(runs)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{os.cpu_count()} cores, CPU flags {cpu_flags()}, shared with other jobs",
             "command": "python " + " ".join(["benchmarks/scaling.py", *sys.argv[1:]]),
             "model": model.name, "global_batch": model.global_batch}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = "scaling" if model.name == "tiny" else f"scaling_{model.name}"
+    stem = ("scaling" if model.name == "tiny" else f"scaling_{model.name}") + \
+        ("" if args.backends == "horovod" else "_" + args.backends.replace(",", "_"))
     (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=1))
     table = markdown(rows, meta)
     (RESULTS / f"{stem}.md").write_text(table)
