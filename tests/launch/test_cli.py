@@ -100,6 +100,13 @@ def test_export_flag_maps_to_its_field():
     assert c.train.saved_model_output_path == "/m" and Config().train.saved_model_output_path is None
 
 
+def test_backend_flag_maps_to_its_field():
+    """--backend chooses the process group's backend (dlrm.dist); auto decides from the launcher."""
+    assert parse_config(["--backend", "mpi"]).train.backend == "mpi" and Config().train.backend == "auto"
+    with pytest.raises(UsageError):
+        parse_config(["--backend", "nccl"])
+
+
 def test_predictions_path_in_the_evaluating_modes():
     assert parse_config(["--predictions_path", "/p.csv"]).train.predictions_path == "/p.csv"
     config = parse_config(["--mode", "eval", "--restore_checkpoint_path", "/c", "--predictions_path", "p.csv"])
