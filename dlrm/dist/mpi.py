@@ -4,7 +4,7 @@ MPI has no stall check: a blocking collective waits forever for a rank that is s
 collective here blocks. Each one is, for every peer, one nonblocking send (`Isend`) of a contiguous byte
 buffer and one receive sized from a nonblocking probe (`Improbe`, then `Irecv`), and the rank polls them
 with short sleeps until all are done or the deadline (`DLRM_COLLECTIVE_TIMEOUT_SECONDS`, 300 s by default)
-passes. Polling per peer tells WHICH peers have not delivered: on timeout the rank prints one line naming
+passes (time this rank itself was stopped does not count: a rank resumed after SIGSTOP blames nobody). Polling per peer tells WHICH peers have not delivered: on timeout the rank prints one line naming
 itself, the silent ranks and the collective, and calls `MPI_Abort`, so mpirun / srun end every rank.
 
 Order instead of names: MPI matches messages by (source, tag) in the order they were sent, so every rank
@@ -43,6 +43,7 @@ ABORT_EXIT_CODE = 1
 _TAG_CYCLE = 32000  # MPI guarantees tags up to 32767
 _SPIN_POLLS = 50  # polls without sleeping before backing off (small messages arrive within microseconds)
 _MAX_POLL_SLEEP = 0.001
+_FROZEN_GAP = 0.5  # a gap this long between two polls (which sleep 1 ms at most) is time this rank did not run
 
 
 def collective_timeout(env: Optional[Mapping[str, str]] = None) -> float:
@@ -137,7 +138,7 @@ class MpiGroup(ProcessGroup):
         probing: List[int] = list(sources)
         receiving: Dict[int, tuple] = {}
         received: Dict[int, np.ndarray] = {}
-        deadline, polls = time.monotonic() + self.timeout, 0
+        deadline, polls, polled = time.monotonic() + self.timeout, 0, time.monotonic()
         while probing or receiving or sending:
             for peer in list(probing):
                 message = comm.Improbe(source=peer, tag=tag, status=status)
@@ -154,7 +155,11 @@ class MpiGroup(ProcessGroup):
                     del sending[peer]
             if not (probing or receiving or sending):
                 break
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now - polled > _FROZEN_GAP:  # this rank was stopped itself (SIGSTOP, swapped out): not the peers' time
+                deadline += now - polled
+            polled = now
+            if now > deadline:
                 self._give_up(name, sorted([*probing, *receiving]), sorted(sending))
             polls += 1
             time.sleep(0.0 if polls < _SPIN_POLLS else min(_MAX_POLL_SLEEP, 2e-5 * (polls - _SPIN_POLLS + 1)))

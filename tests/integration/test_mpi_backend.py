@@ -29,6 +29,14 @@ DEADLINE_SECONDS = 15  # DLRM_COLLECTIVE_TIMEOUT_SECONDS of the stalled launches
 BOUND_SECONDS = DEADLINE_SECONDS + 30  # deadline, one step, mpirun ending the other ranks (loaded machine)
 
 
+def _all_gone(pids) -> bool:
+    """True if every rank in `pids` ends within a few seconds of the launcher; kills those that do not."""
+    pids = list(pids)
+    gone = wait_until(lambda: not any(_alive(pid) for pid in pids), timeout=10)
+    _clean_up(pids)
+    return gone
+
+
 def _clean_up(pids) -> None:
     """Whatever the test's outcome: no stopped or orphaned rank stays behind."""
     for pid in pids:
@@ -56,12 +64,12 @@ def test_a_stopped_rank_is_named_and_the_job_ends_within_the_deadline():
     run = run_ranks(3, worker_argv("collectives", "stall", "1"), backend="mpi", timeout=120,
                     env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "5"})
     pids = [r["pid"] for r in run.results.values()]
-    _clean_up(pids)
+    gone = _all_gone(pids)
     assert not run.timed_out and run.returncode != 0, run.stderr[-3000:]
     lines = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("error:")]
     assert lines and set(lines) <= {f"error: rank {r}: no data from rank 1 in 'after_stop.sizes' within 5 s (rank dead "
                                     f"or stalled); ending the job" for r in (0, 2)}, lines
-    assert len(pids) == 3 and not any(_alive(pid) for pid in pids)
+    assert len(pids) == 3 and gone
 
 
 def _training_job(work: str, world: int, env: dict | None = None):
@@ -94,12 +102,13 @@ def test_sigusr1_to_one_rank_stops_every_rank_at_one_step_with_a_checkpoint():
     work = scratch_dir("mpi_signal_")
     started = time.monotonic()
     proc, _, root = _training_job(work, 2)
+    pids: dict = {}
     try:
         pids = _wait_for_checkpoint(proc, root)
         os.kill(pids[1], signal.SIGUSR1)  # rank 1 only: rank 0 learns it at the next step boundary
     finally:
         run = finish(proc, timeout=180 + time.monotonic() - started, started=started, result_dir=work)
-        _clean_up(rank_pids(proc.pid).values())
+        _clean_up(pids.values())
     assert not run.timed_out and run.returncode == 128 + signal.SIGUSR1, run.stderr[-3000:]
     [line] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     step = int(re.search(r"stopped by SIGUSR1 after step (\d+)", line).group(1))
@@ -112,6 +121,7 @@ def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: d
     work = scratch_dir(prefix)
     started = time.monotonic()
     proc, flags, root = _training_job(work, world, env)
+    pids: dict = {}
     try:
         pids = _wait_for_checkpoint(proc, root)
         time.sleep(0.5)  # mid-training, possibly mid-checkpoint
@@ -119,12 +129,11 @@ def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: d
         sent_at = time.monotonic()
     finally:
         run = finish(proc, timeout=BOUND_SECONDS + 60 + time.monotonic() - started, started=started, result_dir=work)
-        _clean_up(rank_pids(proc.pid).values())
-    _clean_up(pids.values())
+        gone = _all_gone(pids.values())
     seconds = run.elapsed - (sent_at - started)
     print(f"the job ended {seconds:.1f} s after the signal")
     assert not run.timed_out and run.returncode != 0 and seconds < BOUND_SECONDS, run.stderr[-3000:]
-    assert not any(_alive(pid) for pid in pids.values())
+    assert gone, "ranks left behind after the launcher ended"
     return run, seconds, pids, flags, root
 
 
