@@ -33,8 +33,9 @@ from dlrm.config import ARCHS, DEEP_OPTIMIZERS, MODEL_TYPES, Config
 from dlrm.data.presets import SYNTHETIC_PRESET_NAMES
 from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
-from dlrm.embedding.planner import STRATEGIES, byte_size, positive_byte_size
+from dlrm.embedding.planner import STRATEGIES
 from dlrm.features import COMBINERS
+from dlrm.sizes import SIZE_UNITS, byte_size, positive_byte_size
 
 # The embedded demo (no --dataset_path): the tiny synthetic preset, a smaller model and batch, and an
 # optimizer that converges in one short epoch on 2 CPU cores. Measured in docs/training.md.
@@ -223,12 +224,12 @@ def _placement_flags(parser: argparse.ArgumentParser) -> None:
     _add(shard, "--sharding_strategy", [("sharding", "strategy")], "table placement strategy",
          choices=STRATEGIES)
     _add(shard, "--rank_memory", [("sharding", "rank_memory_bytes")],
-         "embedding memory (weights + optimizer slots) per rank, one process included, e.g. 80GiB",
+         f"embedding memory (weights + optimizer slots) per rank, one process included, e.g. 80GiB; {SIZE_UNITS}",
          type=positive_byte_size)
     _add(shard, "--column_slice_threshold", [("sharding", "column_slice_threshold_bytes")],
-         "tables larger than this are split by columns, e.g. 2GiB", type=positive_byte_size)
+         f"tables larger than this are split by columns, e.g. 2GiB; {SIZE_UNITS}", type=positive_byte_size)
     _add(shard, "--replicate_threshold", [("sharding", "replicate_threshold_bytes")],
-         "tables up to this size are replicated on every rank, e.g. 1MiB", type=byte_size)
+         f"tables up to this size are replicated on every rank, e.g. 1MiB; {SIZE_UNITS}", type=byte_size)
 
 
 def _run_flags(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,6 @@ import pytest
 from dlrm.cli import DEMO_PRESET, WIDEDEEP_DEMO_PRESET, WIDEDEEP_PRESET, build_parser, parse_config
 from dlrm.config import Config
 from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES
-from dlrm.embedding.planner import parse_bytes
 from dlrm.errors import UsageError
 from tests.support import ROOT
 
@@ -84,7 +83,7 @@ def test_every_flag_maps_to_its_field():
             o.decay_power, o.end_learning_rate) == ("adam", 0.001, 10, 20, 30, 1.5, 1e-5)
     s = c.sharding
     assert (s.strategy, s.rank_memory_bytes, s.column_slice_threshold_bytes, s.replicate_threshold_bytes) == \
-        ("basic", 80 * 2**30, 2 * 10**9, 2**20)
+        ("basic", 80 * 2**30, 2 * 2**30, 2**20)  # GB is 1024-based like GiB (dlrm.sizes)
     t = c.train
     assert (t.mode, t.max_steps, t.epochs, t.eval_every_steps, t.log_every_steps, t.run_dir) == \
         ("inference_benchmark", 99, 2.5, 11, 3, "/r")
@@ -287,13 +286,6 @@ def test_bad_flags_exit_2_with_one_message_and_no_traceback(args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
-
-
-def test_parse_bytes_units():
-    assert parse_bytes("80GiB") == 80 * 2**30
-    assert parse_bytes("1.5 MB") == 1_500_000
-    assert parse_bytes("1e9") == 10**9
-    assert parse_bytes("4096") == 4096
 
 
 def test_parsing_happens_only_when_asked(monkeypatch):
