@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from dlrm.cli import DEMO_PRESET, WIDEDEEP_DEMO_PRESET, WIDEDEEP_PRESET, build_parser, parse_config
-from dlrm.config import Config
+from dlrm.cli import build_parser, parse_config
+from dlrm.cli_flags import FLAG_GROUPS
+from dlrm.cli_presets import DEMO_PRESET, WIDEDEEP_DEMO_CROSSES, WIDEDEEP_DEMO_PRESET, WIDEDEEP_PRESET
+from dlrm.config import Config, PartialConfig
 from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES
 from dlrm.errors import UsageError
 from tests.support import ROOT
@@ -45,7 +47,7 @@ def test_explicit_flags_win_over_the_demo_preset():
     assert config.data.global_batch_size == 512
     assert config.optimizer.optimizer == "sgd"
     assert config.optimizer.learning_rate == 3.0
-    assert config.model.embedding_dim == DEMO_PRESET[("model", "embedding_dim")]
+    assert config.model.embedding_dim == DEMO_PRESET.get("model", "embedding_dim")
 
 
 def test_every_flag_maps_to_its_field():
@@ -130,12 +132,13 @@ def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
     assert (c.train.epochs, c.data.eval_batch_size, c.train.benchmark) == (3.0, 4096, True)
     evaluate = parse_config(["--arch", "widedeep", "--evaluate", "--restore_checkpoint_path", "/c"])
     assert evaluate.train.mode == "eval"
-    for (section, name), value in {**WIDEDEEP_PRESET, **WIDEDEEP_DEMO_PRESET}.items():  # no dataset: the W&D demo
+    for (section, name), value in dict([*WIDEDEEP_PRESET.items(), *WIDEDEEP_DEMO_PRESET.items()]).items():  # the demo
         assert getattr(getattr(evaluate, section), name) == value
     assert evaluate.data.synthetic_preset == "widedeep_tiny" and evaluate.model.bottom_mlp == Config().model.bottom_mlp
 
 
 def test_the_widedeep_demo_crosses_the_generators_pairs_unless_told_otherwise():
+    assert WIDEDEEP_DEMO_CROSSES == PAIR_FEATURES  # the preset states them; the generator plants them
     assert parse_config(["--arch", "widedeep"]).model.wide_crosses == PAIR_FEATURES
     assert parse_config(["--arch", "widedeep", "--model_type", "wide"]).model.wide_crosses == PAIR_FEATURES
     assert parse_config(["--arch", "widedeep", "--model_type", "deep"]).model.wide_crosses == ()  # no wide part
@@ -166,6 +169,30 @@ def test_bad_widedeep_flags_are_refused(argv, message):
     with pytest.raises(UsageError) as caught:
         parse_config(argv)
     assert message in str(caught.value)
+
+
+def test_the_flag_table_names_existing_fields_and_building_a_parser_changes_nothing():
+    defaults = Config()
+    flags = [flag for group in FLAG_GROUPS for flag in group.flags]
+    for flag in flags:
+        for section, name in flag.fields:
+            assert hasattr(getattr(defaults, section), name), flag.name
+    assert len({flag.name for flag in flags}) == len(flags)
+    before = repr(FLAG_GROUPS)
+    build_parser(), build_parser()
+    assert repr(FLAG_GROUPS) == before
+    with pytest.raises(AttributeError):
+        flags[0].field = "data.synthetic_dir"  # type: ignore[misc]
+
+
+def test_a_partial_config_refuses_unknown_fields_and_leaves_the_config_it_is_applied_to():
+    with pytest.raises(TypeError, match="model has no field"):
+        PartialConfig(model={"bottom_mlp_dims": (1,)})
+    config = Config()
+    changed = DEMO_PRESET.applied_to(config)
+    assert config == Config() and changed.model.embedding_dim == 16 and changed.data.dataset_dir is None
+    with pytest.raises(TypeError):
+        DEMO_PRESET.model["embedding_dim"] = 8  # type: ignore[index]
 
 
 def test_every_parser_flag_is_exercised_above():
