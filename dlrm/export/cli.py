@@ -32,8 +32,15 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> ExportConfig:
     return ExportConfig(**vars(build_parser().parse_args(list(argv) if argv is not None else None)))
 
 
-def main(argv: list) -> int:
+def export_checkpoint(argv: Sequence[str]) -> int:
     from dlrm.export.saved_model import export
 
     export(parse_config(argv))
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Export; errors are reported by `dlrm.cli_errors.run_main` (one message, no traceback unless --debug)."""
+    from dlrm.cli_errors import run_main
+
+    return run_main(export_checkpoint, argv)
