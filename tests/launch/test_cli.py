@@ -307,6 +307,12 @@ def _cli(args, timeout=60):
     (["-m", "dlrm.data.lr_baseline", "data", "--epochs", "-1"], "argument --epochs: expected a positive integer"),
     (["-m", "preproc_spark3", "raw", "out", "--log_offset", "nan"], "argument --log_offset: expected a positive"),
     (["-m", "preproc_spark3", "raw", "out", "--eval_day", "-1"], "argument --eval_day: expected an integer >= 0"),
+    # sizes: one grammar (dlrm.sizes) and one message naming the flag in every CLI
+    (["main.py", "--rank_memory", "80 gigs"], "argument --rank_memory: invalid size '80 gigs': expected bytes or"),
+    (["-m", "dlrm.embedding.planner", "--preset", "t0", "--world_size", "8", "--replicate_threshold", "1x"],
+     "argument --replicate_threshold: invalid size '1x'"),
+    (["-m", "preproc_spark3", "raw", "out", "--max_partition_bytes", "1x"],
+     "--max_partition_bytes: invalid size '1x': expected bytes or"),
 ])
 def test_bad_flags_exit_2_with_one_message_and_no_traceback(args, message):
     proc = _cli(args)
