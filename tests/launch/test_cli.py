@@ -361,8 +361,7 @@ def test_every_script_is_a_cli_modules_main_and_runs_as_python_m():
     import importlib
     import inspect
 
-    import tomllib
-
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert len(scripts) == 7
     for name, target in scripts.items():
