@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping, Optional
 
 
 @dataclass
@@ -174,6 +175,46 @@ class Config:
                 if item.name in saved.get(section.name, {}):
                     setattr(target, item.name, _tuples(saved[section.name][item.name]))
         return config
+
+
+@dataclass(frozen=True)
+class PartialConfig:
+    """Some fields of a `Config`, per section: what a preset, or the flags a user typed, change.
+
+    Typed per section rather than keyed by loose (section, field) pairs: a field name that no section has
+    is refused when the partial config is made, and `applied_to` returns a new `Config` (the one given
+    is left as it was), so presets and flags stack in a stated order and can be shown in `--help`.
+    """
+
+    data: Mapping[str, Any] = field(default_factory=dict)
+    model: Mapping[str, Any] = field(default_factory=dict)
+    optimizer: Mapping[str, Any] = field(default_factory=dict)
+    sharding: Mapping[str, Any] = field(default_factory=dict)
+    train: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        defaults = Config()
+        for section in dataclasses.fields(Config):
+            values = dict(getattr(self, section.name))
+            known = {item.name for item in dataclasses.fields(getattr(defaults, section.name))}
+            if set(values) - known:
+                raise TypeError(f"{section.name} has no field {sorted(set(values) - known)}")
+            object.__setattr__(self, section.name, MappingProxyType(values))
+
+    def get(self, section: str, name: str, default: Any = None) -> Any:
+        return getattr(self, section).get(name, default)
+
+    def items(self) -> Iterator[tuple[tuple[str, str], Any]]:
+        """((section, field), value) of every field this partial config sets."""
+        for section in dataclasses.fields(Config):
+            for name, value in getattr(self, section.name).items():
+                yield (section.name, name), value
+
+    def applied_to(self, config: Config) -> Config:
+        """A copy of `config` with these fields set."""
+        return dataclasses.replace(config, **{
+            section.name: dataclasses.replace(getattr(config, section.name), **getattr(self, section.name))
+            for section in dataclasses.fields(Config)})
 
 
 def _tuples(value):

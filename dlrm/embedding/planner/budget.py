@@ -9,11 +9,11 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from dlrm.config import ShardingConfig
-from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.layout import Tables, check_tables
 from dlrm.embedding.planner.plan import Plan, PlanError
 from dlrm.embedding.planner.strategies import check_strategy, place
 from dlrm.features import TableConfig
+from dlrm.sizes import format_bytes
 
 SCAN_STEPS = 512  # resolution of the minimum-budget scan: 1/512 of the range between even share and whole model
 

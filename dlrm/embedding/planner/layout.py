@@ -16,9 +16,9 @@ from typing import List, Sequence, Tuple
 
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
-from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.plan import PlanError
 from dlrm.features import TableConfig, table_problems
+from dlrm.sizes import format_bytes
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
-from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.layout import TableLayout, Tables, lay_out
 from dlrm.embedding.planner.plan import OwnedPiece, Plan, PlanError, RankLoad, TablePlacement
+from dlrm.sizes import format_bytes
 
 BALANCE_TOLERANCE = 0.05  # memory_balanced: the fullest rank holds at most 5% over the even share
 
