@@ -33,7 +33,7 @@ from dlrm.data.contract import contract_from_spec  # noqa: E402
 from dlrm.export.inputs import ServingLayout  # noqa: E402
 from dlrm.export.source import load_source  # noqa: E402
 from dlrm.train.build import parts_for_spec  # noqa: E402
-from dlrm.train.restore import restore  # noqa: E402
+from dlrm.train.checkpoint.restore import restore  # noqa: E402
 from dlrm.train.step import make_predict_step  # noqa: E402
 
 BATCHES = (1, 64, 4096)

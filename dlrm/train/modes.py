@@ -22,14 +22,14 @@ from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
 from dlrm.train.benchmark import train_benchmark
 from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
-from dlrm.train.checkpointing import checkpoint_dir_lock
+from dlrm.train.checkpoint.restore import restore, restore_source
+from dlrm.train.checkpoint.saving import checkpoint_dir_lock
 from dlrm.train.dataset import check_data, prepare_dataset
 from dlrm.train.eval_metrics import BayesOptimal, final_text
 from dlrm.train.evaluation import evaluate
 from dlrm.train.loop import train
 from dlrm.train.metrics_log import MetricsLog
 from dlrm.train.predictions import PredictionsPathError, path_problem
-from dlrm.train.restore import restore, restore_source
 from dlrm.train.result import RunResult
 from dlrm.train.step import make_predict_step
 
