@@ -21,7 +21,7 @@ from dlrm.train import stopping
 from dlrm.train.build import Parts, make_reader
 from dlrm.train.checkpoint.restore import restore, restore_source
 from dlrm.train.checkpoint.saving import Checkpoints, non_finite_error
-from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
+from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.evaluation import evaluate
 from dlrm.train.metrics_log import MetricsLog
 from dlrm.train.result import RunResult

@@ -25,7 +25,7 @@ from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_read
 from dlrm.train.checkpoint.restore import restore, restore_source
 from dlrm.train.checkpoint.saving import checkpoint_dir_lock
 from dlrm.train.dataset import check_data, prepare_dataset
-from dlrm.train.eval_metrics import BayesOptimal, final_text
+from dlrm.train.eval_result import BayesOptimal, final_text
 from dlrm.train.evaluation import evaluate
 from dlrm.train.loop import train
 from dlrm.train.metrics_log import MetricsLog

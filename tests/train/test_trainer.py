@@ -17,7 +17,7 @@ from dlrm.train import checkpoint
 from dlrm.train.build import build_parts, configure_tensorflow, make_reader
 from dlrm.train.checkpoint import saving
 from dlrm.train.dataset import prepare_dataset
-from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
+from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.modes import run
 from dlrm.train.step import make_train_step
