@@ -67,7 +67,7 @@ from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
 from dlrm.dist import single_process  # noqa: E402
 from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
 from dlrm.features import one_hot_tables  # noqa: E402
-from dlrm.model.dlrm import build_model  # noqa: E402
+from dlrm.model.build import build_model  # noqa: E402
 from dlrm.model.interaction import reference_dot_interaction  # noqa: E402
 from dlrm.train.build import Parts, configure_tensorflow  # noqa: E402
 from dlrm.train.optimizers import build_optimizer  # noqa: E402

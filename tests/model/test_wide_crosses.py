@@ -10,9 +10,9 @@ import tensorflow as tf
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import FeatureContract, TableConfig
+from dlrm.model.build import build_model
 from dlrm.model.cross_ids import cross_ids, embedding_ids
 from dlrm.model.crosses import Cross, cross_key
-from dlrm.model.dlrm import build_model
 from dlrm.model.shape_rules import ModelShapeError
 from dlrm.model.size import parameter_count, parameter_count_of
 from dlrm.model.tables import model_crosses, model_tables

@@ -11,7 +11,7 @@ from dlrm.config import ModelConfig
 from dlrm.data import widedeep_reference as ref
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import FeatureContract, TableConfig
-from dlrm.model.dlrm import build_model
+from dlrm.model.build import build_model
 from dlrm.model.dropout import keep_mask
 from dlrm.model.size import parameter_count, parameter_count_of
 from dlrm.model.tables import model_tables
