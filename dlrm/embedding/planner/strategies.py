@@ -18,6 +18,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
+from dlrm.choices import named_choice
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
 from dlrm.embedding.planner.byte_sizes import format_bytes
@@ -249,10 +250,7 @@ STRATEGIES = tuple(STRATEGY_FUNCTIONS)
 
 def check_strategy(name: str) -> Strategy:
     """The placement function called `name`; ValueError naming the choices otherwise."""
-    try:
-        return STRATEGY_FUNCTIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown sharding strategy {name!r}; choose one of {STRATEGIES}") from None
+    return named_choice(STRATEGY_FUNCTIONS, name, "sharding strategy")
 
 
 def place(tables: TableSizes, cfg: ShardingConfig) -> Plan:
