@@ -4,13 +4,14 @@ Given the tables (`dlrm.features.TableConfig`: name, rows, dim, hotness, combine
 `ShardingConfig`, `plan_embeddings` decides for each table one of four layouts and the rank of every
 piece. The stages, one module each:
 
-- `layout`:     the checked sizes; each table's kind (``replicated``, ``row_sliced``, ``column_sliced``,
-                ``table_wise``) and its cut into pieces (`dlrm.embedding.pieces.TablePiece`);
-- `strategies`: which rank holds each piece (``basic`` round robin, ``memory_balanced`` by default);
-- `budget`:     `plan_embeddings`, and the smallest per-rank budget that works when the tables do not fit;
-- `plan`:       the result (`Plan`: placements with owned pieces, rank loads) and its JSON form;
-- `exchange`:   the all-to-all bytes per rank and step of a plan at a global batch (`exchange_bytes`);
-- `byte_sizes`: '80GiB' <-> bytes; `describe` and `cli`: ``python -m dlrm.embedding.planner``.
+- `layout`:            the checked sizes; each table's kind (``replicated``, ``row_sliced``, ``column_sliced``,
+                       ``table_wise``) and its cut into pieces (`dlrm.embedding.pieces.TablePiece`);
+- `strategies`:        which rank holds each piece (``basic`` round robin, ``memory_balanced`` by default);
+- `budget`:            `plan_embeddings`, and the smallest per-rank budget that works when the tables do not fit;
+- `plan`:              the result (`Plan`: placements with owned pieces, rank loads) and its JSON form;
+- `exchange_estimate`: the all-to-all bytes per rank and step of a plan at a global batch (`exchange_bytes`;
+                       the all-to-all itself is `dlrm.embedding.exchange`);
+- `byte_sizes`:        '80GiB' <-> bytes; `describe` and `cli`: ``python -m dlrm.embedding.planner``.
 
 Memory counts rows x dim of every table, weights plus optimizer slots (`optimizer_slots` extra copies,
 see `dlrm.embedding.optimizer_slots`). Lookup load counts embedding elements fetched per global sample
@@ -22,7 +23,7 @@ ids are numbered by descending frequency, so the first row range is hotter than 
 """
 from dlrm.embedding.planner.budget import minimum_rank_memory, plan_embeddings
 from dlrm.embedding.planner.byte_sizes import GiB, byte_size, format_bytes, parse_bytes, positive_byte_size
-from dlrm.embedding.planner.exchange import ExchangeEstimate, RankTraffic, exchange_bytes
+from dlrm.embedding.planner.exchange_estimate import ExchangeEstimate, RankTraffic, exchange_bytes
 from dlrm.embedding.planner.plan import OwnedPiece, Plan, PlanError, RankLoad, TablePlacement
 from dlrm.embedding.planner.strategies import STRATEGIES
 
