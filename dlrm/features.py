@@ -28,7 +28,7 @@ class TableConfig:
 
     `hotness`: ids per row (1 for one-hot; `max_hotness` for multi-hot, padded with -1).
     `multi_hot`: the feature is a bag (pooled with `combiner`), even if its hotness is 1.
-    `initializer`: one of INITIALIZERS; the model decides it (`dlrm.model.tables.model_tables`), not the data.
+    `initializer`: one of INITIALIZERS; the model decides it (`dlrm.model_tables.model_tables`), not the data.
     """
 
     name: str

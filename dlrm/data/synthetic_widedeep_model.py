@@ -30,8 +30,8 @@ from typing import Sequence
 import numpy as np
 
 from dlrm.atomic import replaced_atomically
+from dlrm.feature_crosses import cross_name
 from dlrm.features import PADDING_ID
-from dlrm.model.crosses import cross_name
 
 # Memorisation: one effect per ad (many ids, each seen tens of times in the tiny preset). Generalisation:
 # low-rank interactions between request attributes and ad attributes of modest cardinality, which

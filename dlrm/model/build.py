@@ -16,7 +16,7 @@ def build_model(model_cfg: ModelConfig, contract: FeatureContract, embeddings: E
                 amp: bool = False, xla: bool = False) -> Model:
     """The model for `model_cfg.arch` and the dataset's `contract`, with every variable created (safe to
     restore into right away). A contract the model cannot take raises ModelShapeError naming the rule.
-    Its embedding layer holds `dlrm.model.tables.model_tables(model_cfg, contract)`."""
+    Its embedding layer holds `dlrm.model_tables.model_tables(model_cfg, contract)`."""
     if model_cfg.arch == "widedeep":
         return WideDeepModel(model_cfg, contract, embeddings, amp=amp, xla=xla)
     return RecommenderModel(model_cfg, contract, embeddings, amp=amp, xla=xla)

@@ -26,8 +26,8 @@ from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.features import FeatureContract
 from dlrm.model.build import Model, build_model
 from dlrm.model.shape_rules import check_model_shape
-from dlrm.model.tables import has_deep, has_wide, model_tables
 from dlrm.model.widedeep import WideDeepModel
+from dlrm.model_tables import has_deep, has_wide, model_tables
 from dlrm.train import checkpoint
 from dlrm.train.checkpoint import PieceSlots
 from dlrm.train.optimizers import (

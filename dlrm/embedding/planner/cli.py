@@ -20,9 +20,9 @@ from dlrm.embedding.planner.byte_sizes import byte_size, positive_byte_size
 from dlrm.embedding.planner.describe import describe_exchange, describe_plan, describe_scaling, scaling_rows
 from dlrm.embedding.planner.exchange_estimate import exchange_bytes
 from dlrm.embedding.planner.strategies import STRATEGIES
+from dlrm.feature_crosses import cross_problems
 from dlrm.features import COMBINERS, FeatureContract, TableConfig, one_hot_tables
-from dlrm.model.crosses import cross_problems  # pure Python
-from dlrm.model.tables import model_tables
+from dlrm.model_tables import model_tables
 
 
 def build_parser() -> argparse.ArgumentParser:
