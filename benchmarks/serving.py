@@ -30,7 +30,7 @@ from dlrm.data.contract import contract_from_spec
 from dlrm.export.inputs import ServingLayout
 from dlrm.export.source import load_source
 from dlrm.train.build import parts_for_spec
-from dlrm.train.restore import restore
+from dlrm.train.checkpoint.restore import restore
 from dlrm.train.step import make_predict_step
 
 BATCHES = (1, 64, 4096)

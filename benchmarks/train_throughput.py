@@ -52,7 +52,7 @@ from dlrm.data.feature_spec import FeatureSpec
 from dlrm.dist import single_process
 from dlrm.embedding.local import LocalEmbedding, init_scale
 from dlrm.features import one_hot_tables
-from dlrm.model.dlrm import build_model
+from dlrm.model.build import build_model
 from dlrm.model.interaction import reference_dot_interaction
 from dlrm.train.build import Parts, configure_tensorflow
 from dlrm.train.optimizers import build_optimizer

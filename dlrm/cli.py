@@ -96,10 +96,15 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> Config:
 
 
 def train(argv: Sequence[str]) -> int:
+    """Run the configured mode; with `--saved_model_output_path`, the export follows (the trainer does not
+    import `dlrm.export`: the entry point chains the two)."""
     config = parse_config(argv)
-    from dlrm.train.modes import run  # imported late: a bad command line is refused before TensorFlow loads
+    # Imported late: a bad command line is refused before TensorFlow loads.
+    from dlrm.export.after_training import ExportAfterTraining
+    from dlrm.train.modes import run
 
-    run(config)
+    export_to = config.train.saved_model_output_path
+    run(config, after_training=ExportAfterTraining(export_to) if export_to else None)
     return 0
 
 

@@ -38,7 +38,7 @@ class DataConfig:
 
 ARCHS = ("dlrm", "dcnv2", "widedeep")
 MODEL_TYPES = ("wide", "deep", "wide_n_deep")  # --arch widedeep: which parts the model keeps
-MAX_CROSS_BUCKETS = 2**31 - 1  # cross ids are int32 (`dlrm.model.crosses`)
+MAX_CROSS_BUCKETS = 2**31 - 1  # cross ids are int32 (`dlrm.feature_crosses`)
 DEEP_OPTIMIZERS = ("rmsprop", "adagrad")  # --arch widedeep: the deep part's optimizer (the wide part: FTRL)
 
 
@@ -61,7 +61,7 @@ class ModelConfig:
     deep_dropout: float = 0.1
     model_type: str = "wide_n_deep"  # or "wide" / "deep": only that part
     # Wide & Deep: pairs of one-hot features crossed in the wide part (none: NVIDIA's TF2 reference), each a
-    # table of min(card_A x card_B, wide_cross_buckets) rows (`dlrm.model.crosses`).
+    # table of min(card_A x card_B, wide_cross_buckets) rows (`dlrm.feature_crosses`).
     wide_crosses: tuple[tuple[str, str], ...] = ()
     wide_cross_buckets: int = 1 << 20
     seed: int = 0

@@ -17,11 +17,11 @@ from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness 
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
 from dlrm.embedding.planner.budget import plan_embeddings
 from dlrm.embedding.planner.describe import describe_exchange, describe_plan, describe_scaling, scaling_rows
-from dlrm.embedding.planner.exchange import exchange_bytes
+from dlrm.embedding.planner.exchange_estimate import exchange_bytes
 from dlrm.embedding.planner.strategies import STRATEGIES
+from dlrm.feature_crosses import cross_problems
 from dlrm.features import COMBINERS, FeatureContract, TableConfig, one_hot_tables
-from dlrm.model.crosses import cross_problems  # pure Python
-from dlrm.model.tables import model_tables
+from dlrm.model_tables import model_tables
 from dlrm.sizes import SIZE_UNITS, byte_size, positive_byte_size
 
 
