@@ -14,7 +14,7 @@ Variants, each a whole pass over the mapping, repeated until the window ends:
 Windows alternate over the variants after a warm-up; the report gives medians (seconds per pass,
 GB/s of file bytes, ratio to the raw read of the same round) and the load average at each window.
 
-    python benchmarks/data_check.py [--preset t15] [--rows 16777216] [--windows 3] [--window_seconds 5]
+    python -m benchmarks.data_check [--preset t15] [--rows 16777216] [--windows 3] [--window_seconds 5]
 
 Writes benchmarks/results/data_check.json and benchmarks/results/data_check.md.
 """
@@ -26,25 +26,11 @@ import sys
 from functools import partial
 from typing import Callable, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmarks.loader import ensure_dataset, mapping_files, raw_read_window  # noqa: E402
-from benchmarks.machine import (  # noqa: E402
-    alternate_windows,
-    command_line,
-    machine_facts,
-    medians,
-    ratios,
-    repeat_for,
-    run_facts,
-    utc_now,
-    write_json,
-    write_table,
-)
-from dlrm.data.binary import MappedFiles  # noqa: E402
-from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
-from dlrm.data.validate import check_mappings  # noqa: E402
+from benchmarks import machine
+from benchmarks.loader import ensure_dataset, mapping_files, raw_read_window
+from dlrm.data.binary import MappedFiles
+from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.validate import check_mappings
 
 REFERENCE = "raw_1_stream"
 
@@ -56,7 +42,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--rows", type=int, default=1 << 24)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--window_seconds", type=float, default=5.0)
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--out", default=machine.RESULTS)
     return parser.parse_args(argv)
 
 
@@ -85,8 +71,8 @@ def measure(runs: dict[str, Callable[[], object]], windows: int, window_seconds:
     passes; returns per variant the seconds per pass and the load average of each window."""
     for run in runs.values():
         run()
-    timed = alternate_windows({name: partial(repeat_for, window_seconds, run) for name, run in runs.items()},
-                              windows)
+    timed = machine.alternate_windows(
+        {name: partial(machine.repeat_for, window_seconds, run) for name, run in runs.items()}, windows)
     seconds_per_pass = {name: [w.value[1] / w.value[0] for w in ws] for name, ws in timed.items()}
     load = {name: [w.load_average for w in ws] for name, ws in timed.items()}
     return seconds_per_pass, load
@@ -95,12 +81,12 @@ def measure(runs: dict[str, Callable[[], object]], windows: int, window_seconds:
 def report(args: argparse.Namespace, argv: Optional[list[str]], file_bytes: int,
            seconds_per_pass: dict[str, list[float]], load: dict[str, list[float]]) -> dict:
     """The JSON report: per-window figures, their medians, and speed ratios to the raw read."""
-    median = medians(seconds_per_pass)
-    speed_ratios = {name: ratios(seconds_per_pass[REFERENCE], v) for name, v in seconds_per_pass.items()}
+    median = machine.medians(seconds_per_pass)
+    speed_ratios = {name: machine.ratios(seconds_per_pass[REFERENCE], v) for name, v in seconds_per_pass.items()}
     return {
-        "date": utc_now(),
-        "command": command_line("benchmarks/data_check.py", argv),
-        "machine": machine_facts(),
+        "date": machine.utc_now(),
+        "command": machine.command_line("benchmarks.data_check", argv),
+        "machine": machine.machine_facts(),
         "dataset": {"preset": args.preset, "rows": args.rows, "record_bytes": file_bytes // args.rows,
                     "file_bytes": file_bytes},
         "windows": args.windows, "window_seconds": args.window_seconds,
@@ -108,7 +94,7 @@ def report(args: argparse.Namespace, argv: Optional[list[str]], file_bytes: int,
         "median_gb_per_second": {name: file_bytes / s / 1e9 for name, s in median.items()},
         "median_rows_per_second": {name: args.rows / s for name, s in median.items()},
         "speed_ratio_to_raw_1_stream_per_window": speed_ratios,
-        "median_speed_ratio_to_raw_1_stream": medians(speed_ratios),
+        "median_speed_ratio_to_raw_1_stream": machine.medians(speed_ratios),
         "load_average_1min_per_window": load,
     }
 
@@ -117,7 +103,7 @@ def table(result: dict) -> list[str]:
     """The markdown table of `report`'s result, one row per variant."""
     data = result["dataset"]
     rows, file_bytes = data["rows"], data["file_bytes"]
-    lines = [f"Data check benchmark ({run_facts(result['date'], result['machine'])}; preset {data['preset']}, "
+    lines = [f"Data check benchmark ({machine.run_facts(result['date'], result['machine'])}; preset {data['preset']}, "
              f"{rows:,} rows x {file_bytes // rows} B = {file_bytes / 1e9:.2f} GB, page cache warm; "
              f"median of {result['windows']} alternating {result['window_seconds']:g}-s windows)",
              "", "| variant | seconds per pass | GB/s | rows/s | speed ratio to raw 1 stream | "
@@ -133,14 +119,13 @@ def table(result: dict) -> list[str]:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    directory = args.data or os.path.join(ROOT, "data", f"bench_check_{args.preset}")
+    directory = args.data or os.path.join(machine.ROOT, "data", f"bench_check_{args.preset}")
     spec = ensure_dataset(directory, args.preset, args.rows)
     paths = mapping_files(spec, "train")
     file_bytes = sum(os.path.getsize(p) for p in paths)
     seconds_per_pass, load = measure(variants(directory, spec, paths), args.windows, args.window_seconds)
     result = report(args, argv, file_bytes, seconds_per_pass, load)
-    write_json(os.path.join(args.out, "data_check.json"), result, indent=1)
-    write_table(os.path.join(args.out, "data_check.md"), table(result))
+    machine.write_report(os.path.join(args.out, "data_check.json"), result, table(result))
     return 0
 
 

@@ -21,7 +21,7 @@ the report gives medians and per-window ratios to the raw read of the same round
 average at each window (the machine is shared). Bandwidth counts the bytes of the files consumed
 (rows x record bytes), so raw and reader are directly comparable.
 
-    python benchmarks/loader.py [--rows 4194304] [--batch 65536] [--windows 3] [--window_seconds 10]
+    python -m benchmarks.loader [--rows 4194304] [--batch 65536] [--windows 3] [--window_seconds 10]
 
 Writes benchmarks/results/loader.json and benchmarks/results/loader.md.
 """
@@ -36,25 +36,13 @@ import time
 import numba
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from benchmarks.machine import (  # noqa: E402
-    alternate_windows,
-    command_line,
-    machine_facts,
-    medians,
-    ratios,
-    utc_now,
-    write_json,
-    write_table,
-)
-from dlrm.config import DataConfig  # noqa: E402
-from dlrm.data.binary import BatchReader, pooled_output_sets  # noqa: E402
-from dlrm.data.criteo import preset_cardinalities  # noqa: E402
-from dlrm.data.decode import part_bounds  # noqa: E402
-from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
-from dlrm.data.synthetic import generate_atomically, is_generated  # noqa: E402
+from benchmarks import machine
+from dlrm.config import DataConfig
+from dlrm.data.binary import BatchReader, pooled_output_sets
+from dlrm.data.criteo import preset_cardinalities
+from dlrm.data.decode import part_bounds
+from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.synthetic import generate_atomically, is_generated
 
 RAW_BUFFER_BYTES = 8 << 20
 READER_PREFETCH = DataConfig().prefetch_batches  # the trainer's default
@@ -201,13 +189,13 @@ def floor_window(spec: FeatureSpec, batch: int, seconds: float, threads: int = 2
 
 def parse_args(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", default=os.path.join(ROOT, "data", "bench_loader"))
+    parser.add_argument("--data", default=os.path.join(machine.ROOT, "data", "bench_loader"))
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--rows", type=int, default=4 << 20)
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--window_seconds", type=float, default=10.0)
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--out", default=machine.RESULTS)
     return parser.parse_args(argv)
 
 
@@ -236,7 +224,7 @@ def warm_up(spec: FeatureSpec, paths: list, batch: int) -> None:
 
 def measure(runs: dict, windows: int, batch_bytes: int) -> tuple:
     """Alternating windows: (bytes/s, load average, CPU ms per batch's worth of bytes), each name -> list."""
-    timed = alternate_windows(runs, windows)
+    timed = machine.alternate_windows(runs, windows)
     speed = {name: [w.value[0] / w.value[1] for w in ws] for name, ws in timed.items()}
     load = {name: [w.load_average for w in ws] for name, ws in timed.items()}
     cpu_ms = {name: [w.cpu_seconds * 1e3 * batch_bytes / w.value[0] for w in ws] for name, ws in timed.items()}
@@ -245,26 +233,26 @@ def measure(runs: dict, windows: int, batch_bytes: int) -> tuple:
 
 def report(args: argparse.Namespace, argv, record: int, file_bytes: int, speed: dict, load: dict,
            cpu_ms: dict) -> dict:
-    median = medians(speed)
+    median = machine.medians(speed)
     readers = [name for name in speed if name.startswith(("reader", "floor"))]
     best_raw = [max(a, b) for a, b in zip(speed["raw_1_stream"], speed["raw_2_streams"])]
-    to_raw = {name: ratios(speed[name], speed["raw_1_stream"]) for name in readers}
-    to_best = {name: ratios(speed[name], best_raw) for name in readers}
+    to_raw = {name: machine.ratios(speed[name], speed["raw_1_stream"]) for name in readers}
+    to_best = {name: machine.ratios(speed[name], best_raw) for name in readers}
     return {
-        "date": utc_now(),
-        "command": command_line("benchmarks/loader.py", argv),
-        "machine": machine_facts(),
+        "date": machine.utc_now(),
+        "command": machine.command_line("benchmarks.loader", argv),
+        "machine": machine.machine_facts(),
         "dataset": {"preset": args.preset, "rows": args.rows, "record_bytes": record, "file_bytes": file_bytes},
         "global_batch": args.batch, "windows": args.windows, "window_seconds": args.window_seconds,
         "bytes_per_second": speed, "median_bytes_per_second": median,
         "median_samples_per_second": {name: v / record for name, v in median.items()},
         "load_average_1min_per_window": load,
         "cpu_ms_per_batch_per_window": cpu_ms,
-        "median_cpu_ms_per_batch": medians(cpu_ms),
+        "median_cpu_ms_per_batch": machine.medians(cpu_ms),
         "ratio_to_raw_1_stream_per_window": to_raw,
-        "median_ratio_to_raw_1_stream": medians(to_raw),
+        "median_ratio_to_raw_1_stream": machine.medians(to_raw),
         "ratio_to_best_raw_per_window": to_best,
-        "median_ratio_to_best_raw": medians(to_best),
+        "median_ratio_to_best_raw": machine.medians(to_best),
         "target_ratio": 0.70,
     }
 
@@ -305,8 +293,7 @@ def main(argv=None) -> int:
     warm_up(spec, paths, args.batch)
     speed, load, cpu_ms = measure(runs, args.windows, args.batch * record)
     result = report(args, argv, record, file_bytes, speed, load, cpu_ms)
-    write_json(os.path.join(args.out, "loader.json"), result, indent=1)
-    write_table(os.path.join(args.out, "loader.md"), table(result))
+    machine.write_report(os.path.join(args.out, "loader.json"), result, table(result))
     return 0
 
 

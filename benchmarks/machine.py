@@ -14,6 +14,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generic, Mapping, Optional, Sequence, TypeVar
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: data/ and benchmarks/results/
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+
 FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "f16c")
 
 T = TypeVar("T")
@@ -57,9 +60,9 @@ def utc_now(minutes: bool = False) -> str:
     return now.strftime("%Y-%m-%d %H:%M UTC") if minutes else now.isoformat(timespec="seconds")
 
 
-def command_line(script: str, argv: Optional[Sequence[str]]) -> str:
-    """How to repeat the run: `python <script> <arguments>` (`argv` None: this process's arguments)."""
-    return " ".join(["python", script, *(argv if argv is not None else sys.argv[1:])])
+def command_line(module: str, argv: Optional[Sequence[str]]) -> str:
+    """How to repeat the run: `python -m <module> <arguments>` (`argv` None: this process's arguments)."""
+    return " ".join(["python", "-m", module, *(argv if argv is not None else sys.argv[1:])])
 
 
 @dataclass
@@ -129,3 +132,9 @@ def write_table(path: str, lines: list[str]) -> None:
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def write_report(json_path: str, result: dict, table: list[str], indent: int = 1) -> None:
+    """Write a benchmark's JSON report and, next to it (same name, .md), its markdown table."""
+    write_json(json_path, result, indent)
+    write_table(os.path.splitext(json_path)[0] + ".md", table)

@@ -8,7 +8,7 @@ whose peak memory is the sampled RSS of its whole process tree (Spark: Python dr
 workers). Reports medians, the ratio, a cross-check of the two outputs, and a linear extrapolation of
 the Spark throughput to the 4.37B-row dataset on N cores.
 
-    python benchmarks/preprocess.py [--rows 1000000] [--repeats 2] [--threshold 3]
+    python -m benchmarks.preprocess [--rows 1000000] [--repeats 2] [--threshold 3]
 
 Writes benchmarks/results/preprocess.json and benchmarks/results/preprocess.md.
 """
@@ -30,10 +30,9 @@ from typing import Optional
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.machine import (  # noqa: E402
+from benchmarks.machine import (
+    RESULTS,
+    ROOT,
     alternate_windows,
     command_line,
     cpu_model,
@@ -43,7 +42,7 @@ from benchmarks.machine import (  # noqa: E402
     write_json,
     write_table,
 )
-from tests.support.criteo_raw import write_raw_days  # noqa: E402
+from tests.support.criteo_raw import write_raw_days
 
 CRITEO_ROWS = 4_373_472_329
 # Criteo-shaped: a few large vocabularies, many small ones (26 features).
@@ -113,7 +112,7 @@ def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
                    help="rounds that also run Spark local[1] (the observed scaling local[1] -> local[N])")
     p.add_argument("--driver_memory", default="6g")
     p.add_argument("--workdir", default="/tmp/dlrm_preprocess_bench")
-    p.add_argument("--results", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--results", default=RESULTS)
     p.add_argument("--timeout", type=float, default=1800)
     return p.parse_args(argv)
 
@@ -138,7 +137,7 @@ def spark_command(a: argparse.Namespace, raw: Path, out: Path, cores: int) -> li
 
 def commands(a: argparse.Namespace, raw: Path, work: Path) -> dict[str, list[str]]:
     """Pipeline name -> its command line, writing to work/out_<name>."""
-    baseline = [sys.executable, str(ROOT / "benchmarks" / "preprocess_baseline.py"), str(raw),
+    baseline = [sys.executable, "-m", "benchmarks.preprocess_baseline", str(raw),
                 str(work / "out_baseline"), "--threshold", str(a.threshold), "--train_days", "0-1", "--eval_day", "2"]
     return {"spark": spark_command(a, raw, work / "out_spark", a.cores), "baseline": baseline,
             "spark_local1": spark_command(a, raw, work / "out_spark_local1", 1)}
@@ -148,7 +147,7 @@ def run_pipeline(name: str, cmd: list[str], work: Path, timeout: float) -> dict:
     """One run from an empty output directory: seconds, peak RSS, and Spark's own stage times."""
     out = work / f"out_{name}"
     shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # start_session sets PYSPARK_PYTHON and SPARK_LOCAL_IP
+    env = dict(os.environ, PYTHONPATH=ROOT)  # start_session sets PYSPARK_PYTHON and SPARK_LOCAL_IP
     m = measure(cmd, env, timeout)
     entry = {"seconds": round(m["seconds"], 2), "peak_rss_gib": round(m["peak_rss_bytes"] / 2**30, 3),
              "cpu_seconds": round(m["cpu_seconds"], 2), "load_average_1min": round(os.getloadavg()[0], 2)}
@@ -192,7 +191,7 @@ def summarise(a: argparse.Namespace, argv: Optional[list[str]], raw_bytes: int, 
     return {
         "date": utc_now(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": cpu_model()},
-        "command": command_line("benchmarks/preprocess.py", argv),
+        "command": command_line("benchmarks.preprocess", argv),
         "rows": a.rows, "raw_bytes": raw_bytes, "threshold": a.threshold, "spark_master": f"local[{a.cores}]",
         "runs": runs, "median_seconds": med, "rows_per_second": rate, "median_cpu_seconds": cpu,
         "load_average_1min_range": [min(e["load_average_1min"] for v in runs.values() for e in v),

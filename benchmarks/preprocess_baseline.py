@@ -7,7 +7,7 @@ shuffled (numpy permutation: a different permutation than Spark's, the same amou
 through the data layer's SplitBinaryWriter. Everything is held in memory: it is the strongest simple
 single-process version, not a scalable one.
 
-    python benchmarks/preprocess_baseline.py <raw_dir> <out_dir> --threshold 3 --train_days 0-1 --eval_day 2
+    python -m benchmarks.preprocess_baseline <raw_dir> <out_dir> --threshold 3 --train_days 0-1 --eval_day 2
 """
 from __future__ import annotations
 

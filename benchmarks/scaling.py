@@ -18,7 +18,7 @@ batch 8192, t15-shaped tables capped at 200k rows) or `reference_multihot` (the 
 DLRM-DCNv2 multi-hot hotness, Criteo 1TB tables capped at 200k rows).
 
 Usage (driver: generates data, alternates world sizes, writes JSON + markdown):
-    .venv/bin/python benchmarks/scaling.py [--model tiny|reference|reference_multihot] [--rounds 2]
+    .venv/bin/python -m benchmarks.scaling [--model tiny|reference|reference_multihot] [--rounds 2]
         [--windows 3] [--window_seconds 5] [--backends horovod,mpi]
 The driver runs each world size `--rounds` times, alternating (1, 2, 1, 2, ...), and reports medians.
 With `--backends horovod,mpi` each round runs world 2 once per backend (the MPI backend under plain
@@ -39,12 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.machine import ROOT, cpu_flags
 
-from benchmarks.machine import cpu_flags  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = Path(ROOT, "benchmarks", "results")
 REFERENCE_MAX_ROWS = 200_000  # t15-shaped tables capped so that two ranks fit next to other jobs
 
 
@@ -196,10 +193,10 @@ def run_world(world: int, dataset: str, args, backend: str = "horovod") -> dict:
     scratch = tempfile.mkdtemp(prefix=f"scaling_w{world}_{backend}_")
     out = os.path.join(scratch, "result.json")
     timeline = os.path.join(scratch, "timeline.json")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", HOROVOD_TIMELINE=timeline,
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", HOROVOD_TIMELINE=timeline,
                HOROVOD_STALL_CHECK_TIME_SECONDS="5", HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="30")
-    command = [sys.executable, __file__, "--worker", dataset, "--model", args.model, "--windows", str(args.windows),
-               "--window_seconds", str(args.window_seconds), "--out", out]
+    command = [sys.executable, "-m", "benchmarks.scaling", "--worker", dataset, "--model", args.model,
+               "--windows", str(args.windows), "--window_seconds", str(args.window_seconds), "--out", out]
     if world > 1 and backend == "mpi":  # no HOROVOD_* variable: the process group's auto picks MPI
         env = {key: value for key, value in env.items() if not key.startswith("HOROVOD_")}
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
@@ -288,7 +285,7 @@ def main() -> None:
     rows = summarise(runs)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{os.cpu_count()} cores, CPU flags {cpu_flags()}, shared with other jobs",
-            "command": "python " + " ".join(["benchmarks/scaling.py", *sys.argv[1:]]),
+            "command": " ".join(["python", "-m", "benchmarks.scaling", *sys.argv[1:]]),
             "model": model.name, "global_batch": model.global_batch}
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = ("scaling" if model.name == "tiny" else f"scaling_{model.name}") + \

@@ -7,7 +7,7 @@ exported with `python -m dlrm.export`. Each batch size runs rounds that alternat
 (`--calls` timed calls each, after warm-up calls), so machine noise hits both alike; the report gives
 p50 and p99 of the per-call latency over every round.
 
-    python benchmarks/serving.py [--checkpoint DIR --dataset_path DIR] [--rounds 5] [--calls 40]
+    python -m benchmarks.serving [--checkpoint DIR --dataset_path DIR] [--rounds 5] [--calls 40]
 
 Writes benchmarks/results/serving.json and benchmarks/results/serving.md.
 """
@@ -20,21 +20,18 @@ import sys
 import time
 from typing import Callable, Dict, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.machine import command_line, machine_facts, run_facts, utc_now, write_json, write_table  # noqa: E402
-from dlrm import dist  # noqa: E402
-from dlrm.data.binary import BatchReader  # noqa: E402
-from dlrm.data.contract import contract_from_spec  # noqa: E402
-from dlrm.export.inputs import ServingLayout  # noqa: E402
-from dlrm.export.source import load_source  # noqa: E402
-from dlrm.train.build import parts_for_spec  # noqa: E402
-from dlrm.train.restore import restore  # noqa: E402
-from dlrm.train.step import make_predict_step  # noqa: E402
+from benchmarks.machine import RESULTS, ROOT, command_line, machine_facts, run_facts, utc_now, write_json, write_table
+from dlrm import dist
+from dlrm.data.binary import BatchReader
+from dlrm.data.contract import contract_from_spec
+from dlrm.export.inputs import ServingLayout
+from dlrm.export.source import load_source
+from dlrm.train.build import parts_for_spec
+from dlrm.train.checkpoint.restore import restore
+from dlrm.train.step import make_predict_step
 
 BATCHES = (1, 64, 4096)
 TRAIN_FLAGS = ["--synthetic_train_rows", "65536", "--synthetic_test_rows", "8192", "--max_steps", "20",
@@ -50,7 +47,7 @@ def parse_args(argv: Optional[list]) -> argparse.Namespace:
     parser.add_argument("--calls", type=int, default=40, help="timed calls per variant, batch size and round")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2, help="TensorFlow intra-op threads")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--out", default=RESULTS)
     return parser.parse_args(argv)
 
 
@@ -113,7 +110,7 @@ def main(argv: Optional[list] = None) -> dict:
                for name, by_size in latencies.items()}
     load = os.getloadavg()
     where = os.path.relpath(source.directory, ROOT)
-    result = {"date": utc_now(), "machine": machine_facts(), "command": command_line("benchmarks/serving.py", argv),
+    result = {"date": utc_now(), "machine": machine_facts(), "command": command_line("benchmarks.serving", argv),
               "checkpoint": where, "arch": source.config.model.arch, "threads": args.threads,
               "load_average_1m_at_end": load[0], "figures": figures,
               "note": "shared machine: other jobs ran on the same cores during the measurement"}

@@ -18,7 +18,7 @@ Data: a few in-memory random batches (ids uniform per table), cycled, identical 
 candidate; reading from disk is not part of the step. Tables are t15-shaped, capped at --max_rows
 rows so they fit next to everyone else's jobs here. Writes JSON + a markdown table.
 
-    .venv/bin/python benchmarks/train_throughput.py            # ~12 minutes on 2 shared cores
+    .venv/bin/python -m benchmarks.train_throughput            # ~12 minutes on 2 shared cores
 
 Wall-clock samples/s is what a user sees; on a shared machine it swings by 2-3x between windows.
 Samples per CPU-second (process time over the same window) is reported next to it: it is stable
@@ -36,43 +36,28 @@ import argparse
 import math
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Dict, List, Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.machine import (  # noqa: E402
-    Window,
-    alternate_windows,
-    command_line,
-    cpu_flags,
-    machine_facts,
-    medians,
-    run_facts,
-    utc_now,
-    write_json,
-    write_table,
-)
-from dlrm.config import Config, OptimizerConfig, TrainConfig  # noqa: E402
-from dlrm.data.contract import contract_from_spec  # noqa: E402
-from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities  # noqa: E402
-from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
-from dlrm.dist import single_process  # noqa: E402
-from dlrm.embedding.local import LocalEmbedding, init_scale  # noqa: E402
-from dlrm.features import one_hot_tables  # noqa: E402
-from dlrm.model.dlrm import build_model  # noqa: E402
-from dlrm.model.interaction import reference_dot_interaction  # noqa: E402
-from dlrm.train.build import Parts, configure_tensorflow  # noqa: E402
-from dlrm.train.optimizers import build_optimizer  # noqa: E402
-from dlrm.train.schedule import ReferenceSchedule  # noqa: E402
-from dlrm.train.step import make_train_step  # noqa: E402
+from benchmarks import machine
+from dlrm.config import Config, OptimizerConfig, TrainConfig
+from dlrm.data.contract import contract_from_spec
+from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities
+from dlrm.data.feature_spec import FeatureSpec
+from dlrm.dist import single_process
+from dlrm.embedding.local import LocalEmbedding, init_scale
+from dlrm.features import one_hot_tables
+from dlrm.model.build import build_model
+from dlrm.model.interaction import reference_dot_interaction
+from dlrm.train.build import Parts, configure_tensorflow
+from dlrm.train.optimizers import build_optimizer
+from dlrm.train.schedule import ReferenceSchedule
+from dlrm.train.step import make_train_step
 
 MFLOP_PER_SAMPLE = 14.75  # DLRM forward + backward (NVIDIA's DLRM example, reference dims)
 GEMM_SHAPE = (1024, 1024)  # [batch, 1024] x [1024, 1024]: the top MLP's typical layer
@@ -152,21 +137,27 @@ def keras_baseline_model(config: Config, table_sizes, policy: str) -> tf.keras.M
     return tf.keras.Model([numerical, categorical], x)
 
 
-def keras(config: Config, table_sizes, batches, jit_compile: bool, policy: str, model=None) -> Candidate:
-    model = model or keras_baseline_model(config, table_sizes, policy)
-    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=config.optimizer.learning_rate),
-                  loss=tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=jit_compile)
-    data = tf.data.Dataset.from_tensor_slices((
-        (tf.stack([b[0] for b in batches]), tf.stack([b[1] for b in batches])),
-        tf.stack([b[2][:, None] for b in batches]),
-    )).repeat().prefetch(2)
-    iterator = iter(data)
+def fit_run(model: tf.keras.Model, batches, inputs: Callable = lambda numerical, categorical: (numerical, categorical)
+            ) -> Callable[[int], int]:
+    """`run(steps)` of a Keras baseline: `model.fit` over the in-memory (numerical, categorical, label)
+    `batches`, cycled; `inputs` arranges a batch's features as the model takes them. Returns samples trained."""
+    features = inputs(tf.stack([b[0] for b in batches]), tf.stack([b[1] for b in batches]))
+    labels = tf.stack([b[2][:, None] for b in batches])
+    iterator = iter(tf.data.Dataset.from_tensor_slices((features, labels)).repeat().prefetch(2))
     batch_size = int(batches[0][0].shape[0])
 
     def run(steps: int) -> int:
         model.fit(iterator, steps_per_epoch=steps, epochs=1, verbose=0)
         return steps * batch_size
 
+    return run
+
+
+def keras(config: Config, table_sizes, batches, jit_compile: bool, policy: str, model=None) -> Candidate:
+    model = model or keras_baseline_model(config, table_sizes, policy)
+    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=config.optimizer.learning_rate),
+                  loss=tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=jit_compile)
+    run = fit_run(model, batches)
     name = "keras_fit" + ("_bf16" if policy != "float32" else "_fp32") + ("_jit" if jit_compile else "")
     candidate = Candidate(name, "keras", run, extra={"jit_compile": jit_compile, "policy": policy})
     candidate.extra["model"] = model  # reused by the other jit setting (same layers), dropped from JSON
@@ -232,20 +223,13 @@ def ratios_for(median: Dict[str, float], candidates: List[Candidate]) -> dict:
 
 
 def summarise(candidates: List[Candidate], args, started: str, load_before, command: str) -> dict:
-    wall = medians({c.name: c.samples_per_sec for c in candidates})
-    cpu = medians({c.name: c.extra["samples_per_cpu_second"] for c in candidates})
+    wall = machine.medians({c.name: c.samples_per_sec for c in candidates})
+    cpu = machine.medians({c.name: c.extra["samples_per_cpu_second"] for c in candidates})
     best_window = {c.name: max(c.samples_per_sec) for c in candidates}
     return {
-        "benchmark": "train_throughput",
-        "date_utc": started,
-        "command": command,
-        "machine": {"cpus": os.cpu_count(), "cpu_flags": cpu_flags(), "platform": platform.platform(),
-                    "tensorflow": tf.__version__, "load_average_before": load_before,
-                    "load_average_after": list(os.getloadavg())},
-        "settings": {"batch_size": args.batch_size, "max_rows": args.max_rows, "window_seconds": args.window_seconds,
-                     "rounds": args.rounds, "intra_op_threads": args.threads, "inter_op_threads": 1,
-                     "op_determinism": True, "mflop_per_sample": MFLOP_PER_SAMPLE,
-                     "table_rows": args.table_sizes, "learning_rate": args.learning_rate},
+        **report_head("train_throughput", started, command, load_before, args, inter_op_threads=1,
+                      op_determinism=True, mflop_per_sample=MFLOP_PER_SAMPLE, table_rows=args.table_sizes,
+                      learning_rate=args.learning_rate),
         # Wall clock is what a user sees; samples per CPU-second (process time over the window) is far
         # less sensitive to other jobs on a shared machine. Both are medians over the same windows.
         # Best window of each candidate: the headline (Keras' fit() is bimodal, see the docstring).
@@ -256,17 +240,33 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
                              if n.startswith("ceiling")},
         "gemm_gflops_per_cpu_second": {n: round(v * MFLOP_PER_SAMPLE / 1e3, 1) for n, v in cpu.items()
                                        if n.startswith("ceiling")},
-        "candidates": [
-            {"name": c.name, "group": c.group, "median_samples_per_sec": round(wall[c.name], 1),
-             "median_samples_per_cpu_second": round(cpu[c.name], 1),
-             "best_window_samples_per_sec": round(best_window[c.name], 1),
-             "windows_samples_per_sec": [round(v, 1) for v in c.samples_per_sec],
-             "steps_per_window": c.steps_per_window,
-             **{k: ([round(x, 2) for x in v] if isinstance(v, list) else v)
-                for k, v in c.extra.items() if k != "model"}}
-            for c in candidates
-        ],
+        "candidates": [candidate_row(c, wall, cpu, best_window) for c in candidates],
     }
+
+
+def report_head(benchmark: str, started: str, command: str, load_before: list, args, **settings) -> dict:
+    """The start of a throughput report: what ran, when, on what machine (cores, CPU flags, platform,
+    TensorFlow, load average before and after), and its settings (the shared flags first)."""
+    return {
+        "benchmark": benchmark,
+        "date_utc": started,
+        "command": command,
+        "machine": {"cpus": os.cpu_count(), "cpu_flags": machine.cpu_flags(), "platform": platform.platform(),
+                    "tensorflow": tf.__version__, "load_average_before": load_before,
+                    "load_average_after": list(os.getloadavg())},
+        "settings": {"batch_size": args.batch_size, "max_rows": args.max_rows, "window_seconds": args.window_seconds,
+                     "rounds": args.rounds, "intra_op_threads": args.threads, **settings},
+    }
+
+
+def candidate_row(c: Candidate, wall: Dict[str, float], cpu: Dict[str, float], best: Dict[str, float]) -> dict:
+    """One candidate in a report: medians, best window, every window, and its extra figures (not its model)."""
+    return {"name": c.name, "group": c.group, "median_samples_per_sec": round(wall[c.name], 1),
+            "median_samples_per_cpu_second": round(cpu[c.name], 1),
+            "best_window_samples_per_sec": round(best[c.name], 1),
+            "windows_samples_per_sec": [round(v, 1) for v in c.samples_per_sec],
+            "steps_per_window": c.steps_per_window,
+            **{k: ([round(x, 2) for x in v] if isinstance(v, list) else v) for k, v in c.extra.items() if k != "model"}}
 
 
 def markdown(result: dict, facts: dict) -> list[str]:
@@ -279,7 +279,7 @@ def markdown(result: dict, facts: dict) -> list[str]:
     ceiling = by_name["ceiling_gemm_float32"]
     lines = [
         f"Training-step throughput, DLRM reference dims, batch {result['settings']['batch_size']}, "
-        f"{run_facts(result['date_utc'], facts)}, "
+        f"{machine.run_facts(result['date_utc'], facts)}, "
         f"{result['settings']['intra_op_threads']} intra-op threads, load average "
         f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f} "
         f"(shared machine). {result['settings']['rounds']} alternating windows per candidate: best window "
@@ -304,17 +304,26 @@ def markdown(result: dict, facts: dict) -> list[str]:
         f"Command: `{result['command']}`"]
 
 
-def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch_size", type=int, default=8192,
-                        help="per-step batch (8192 = the reference 65536 global batch per device on 8 devices)")
-    parser.add_argument("--max_rows", type=int, default=200_000, help="cap on rows per t15-shaped table")
-    parser.add_argument("--window_seconds", type=float, default=10.0)
-    parser.add_argument("--rounds", type=int, default=6)
+def throughput_parser(name: str, description: str, batch_size: int, batch_help: str, max_rows: int,
+                      max_rows_help: str, window_seconds: float, rounds: int) -> argparse.ArgumentParser:
+    """The flags of a throughput benchmark (with its own defaults); `name`: its report's file name."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--batch_size", type=int, default=batch_size, help=batch_help)
+    parser.add_argument("--max_rows", type=int, default=max_rows, help=max_rows_help)
+    parser.add_argument("--window_seconds", type=float, default=window_seconds)
+    parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
-    parser.add_argument("--learning_rate", type=float, default=0.01, help="constant lr, same for every candidate")
     parser.add_argument("--skip", nargs="*", default=[], help="candidate names to leave out")
-    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "train_throughput.json"))
+    parser.add_argument("--output", default=os.path.join(machine.RESULTS, f"{name}.json"))
+    return parser
+
+
+def parse_args(argv: Optional[list[str]]) -> argparse.Namespace:
+    parser = throughput_parser(
+        "train_throughput", __doc__.split("\n")[0], batch_size=8192,
+        batch_help="per-step batch (8192 = the reference 65536 global batch per device on 8 devices)",
+        max_rows=200_000, max_rows_help="cap on rows per t15-shaped table", window_seconds=10.0, rounds=6)
+    parser.add_argument("--learning_rate", type=float, default=0.01, help="constant lr, same for every candidate")
     return parser.parse_args(argv)
 
 
@@ -345,7 +354,7 @@ def build_candidates(config: Config, args: argparse.Namespace) -> List[Candidate
     return [c for c in candidates if c.name not in args.skip]
 
 
-def record(candidate: Candidate, window: Window[int]) -> None:
+def record(candidate: Candidate, window: machine.Window[int]) -> None:
     """Add one window's samples/s, samples per CPU-second and cores busy to the candidate."""
     cpu = max(window.cpu_seconds, 1e-9)
     candidate.samples_per_sec.append(window.value / window.wall_seconds)
@@ -359,29 +368,32 @@ def measure(candidates: List[Candidate], window_seconds: float, rounds: int) -> 
     for candidate in candidates:
         calibrate(candidate, window_seconds)
 
-    def after_round(round_index: int, windows: Dict[str, List[Window[int]]]) -> None:
+    def after_round(round_index: int, windows: Dict[str, List[machine.Window[int]]]) -> None:
         for candidate in candidates:
             record(candidate, windows[candidate.name][-1])
         print(f"round {round_index + 1}/{rounds}: " + ", ".join(
             f"{c.name} {c.samples_per_sec[-1]:,.0f}" for c in candidates), flush=True)
 
-    alternate_windows({c.name: partial(c.run, c.steps_per_window) for c in candidates}, rounds, rotate=True,
-                      after_round=after_round)
+    machine.alternate_windows({c.name: partial(c.run, c.steps_per_window) for c in candidates}, rounds, rotate=True,
+                              after_round=after_round)
+
+
+def begin_run(module: str, argv: Optional[list[str]], threads: int) -> tuple[str, str, list]:
+    """(command, start time, load average) for the report, then TensorFlow set up with `threads` intra-op threads."""
+    begun = (machine.command_line(module, argv), machine.utc_now(minutes=True), list(os.getloadavg()))
+    configure_tensorflow(TrainConfig(intra_op_threads=threads, inter_op_threads=1, seed=0))
+    return begun
 
 
 def main(argv: Optional[list[str]] = None) -> dict:
     args = parse_args(argv)
-    command = command_line("benchmarks/train_throughput.py", argv)
-    started = utc_now(minutes=True)
-    load_before = list(os.getloadavg())
-    configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
+    command, started, load_before = begin_run("benchmarks.train_throughput", argv, args.threads)
     config = reference_config(args.learning_rate)
     args.table_sizes = [min(n, args.max_rows) for n in preset_cardinalities("t15")]
     candidates = build_candidates(config, args)
     measure(candidates, args.window_seconds, args.rounds)
     result = summarise(candidates, args, started, load_before, command)
-    write_json(args.output, result, indent=2)
-    write_table(os.path.splitext(args.output)[0] + ".md", markdown(result, machine_facts()))
+    machine.write_report(args.output, result, markdown(result, machine.machine_facts()), indent=2)
     return result
 
 

@@ -20,40 +20,35 @@ Data: a few in-memory random batches (ids uniform per table; multi-hot bags of 1
 cycled, identical for every candidate. Tables are the reference's (`dlrm.data.widedeep_reference`), capped
 at --max_rows rows. Writes JSON + a markdown table.
 
-    .venv/bin/python benchmarks/widedeep_throughput.py          # ~10 minutes on 2 cores
+    .venv/bin/python -m benchmarks.widedeep_throughput          # ~10 minutes on 2 cores
 """
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import sys
 from typing import Callable, List, Optional, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.machine import (  # noqa: E402,E501
-    command_line,
-    cpu_flags,
-    machine_facts,
-    medians,
-    run_facts,
-    utc_now,
-    write_json,
-    write_table,
+from benchmarks import machine
+from benchmarks.train_throughput import (
+    Candidate,
+    begin_run,
+    candidate_row,
+    fit_run,
+    gemm,
+    measure,
+    ratio,
+    report_head,
+    throughput_parser,
 )
-from benchmarks.train_throughput import Candidate, gemm, measure, ratio  # noqa: E402
-from dlrm.config import Config, ModelConfig, OptimizerConfig, TrainConfig  # noqa: E402
-from dlrm.data.feature_spec import FeatureSpec  # noqa: E402
-from dlrm.data.widedeep_reference import DEEP_HIDDEN_UNITS, LABEL, NUMERICAL_FEATURES, reference_tables  # noqa: E402
-from dlrm.dist import single_process  # noqa: E402
-from dlrm.features import TableConfig  # noqa: E402
-from dlrm.train.build import configure_tensorflow, parts_for_spec  # noqa: E402
-from dlrm.train.step import make_predict_step, make_train_step  # noqa: E402
+from dlrm.config import Config, ModelConfig, OptimizerConfig, TrainConfig
+from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.widedeep_reference import DEEP_HIDDEN_UNITS, LABEL, NUMERICAL_FEATURES, reference_tables
+from dlrm.dist import single_process
+from dlrm.features import TableConfig
+from dlrm.train.build import parts_for_spec
+from dlrm.train.step import make_predict_step, make_train_step
 
 
 def mlp_mflop_per_sample(input_width: int, hidden: Sequence[int]) -> float:
@@ -168,16 +163,8 @@ def keras(tables, batches, args) -> List[Candidate]:
     model.compile(optimizer=[tf.keras.optimizers.legacy.Ftrl(args.linear_learning_rate),
                              tf.keras.optimizers.legacy.RMSprop(args.deep_learning_rate, rho=0.5)],
                   loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
-    data = tf.data.Dataset.from_tensor_slices((
-        {"numerical": tf.stack([b[0] for b in batches]), "categorical": tf.stack([b[1] for b in batches])},
-        tf.stack([b[2][:, None] for b in batches]),
-    )).repeat().prefetch(2)
-    iterator = iter(data)
+    train = fit_run(model, batches, lambda numerical, categorical: {"numerical": numerical, "categorical": categorical})
     batch_size = int(batches[0][0].shape[0])
-
-    def train(steps: int) -> int:
-        model.fit(iterator, steps_per_epoch=steps, epochs=1, verbose=0)
-        return steps * batch_size
 
     def predict(steps: int) -> int:
         for i in range(steps):
@@ -190,8 +177,8 @@ def keras(tables, batches, args) -> List[Candidate]:
 
 
 def summarise(candidates: List[Candidate], args, started: str, load_before, command: str, mflop: float) -> dict:
-    wall = medians({c.name: c.samples_per_sec for c in candidates})
-    cpu = medians({c.name: c.extra["samples_per_cpu_second"] for c in candidates})
+    wall = machine.medians({c.name: c.samples_per_sec for c in candidates})
+    cpu = machine.medians({c.name: c.extra["samples_per_cpu_second"] for c in candidates})
     best = {c.name: max(c.samples_per_sec) for c in candidates}
 
     def best_of(group: str, values: dict) -> str:
@@ -209,23 +196,10 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
             "best_keras_train": keras_train, "best_keras_eval": keras_eval,
         }
     return {
-        "benchmark": "widedeep_throughput",
-        "date_utc": started,
-        "command": command,
-        "machine": {"cpus": os.cpu_count(), "cpu_flags": cpu_flags(), "platform": platform.platform(),
-                    "tensorflow": tf.__version__, "load_average_before": load_before,
-                    "load_average_after": list(os.getloadavg())},
-        "settings": {"batch_size": args.batch_size, "max_rows": args.max_rows, "window_seconds": args.window_seconds,
-                     "rounds": args.rounds, "intra_op_threads": args.threads, "dropout": args.dropout,
-                     "mflop_per_sample": round(mflop, 3), "table_rows": [t.rows for t in args.tables]},
+        **report_head("widedeep_throughput", started, command, load_before, args, dropout=args.dropout,
+                      mflop_per_sample=round(mflop, 3), table_rows=[t.rows for t in args.tables]),
         "ratios": headline,
-        "candidates": [{"name": c.name, "group": c.group, "median_samples_per_sec": round(wall[c.name], 1),
-                        "best_window_samples_per_sec": round(best[c.name], 1),
-                        "median_samples_per_cpu_second": round(cpu[c.name], 1),
-                        "windows_samples_per_sec": [round(v, 1) for v in c.samples_per_sec],
-                        "steps_per_window": c.steps_per_window,
-                        **{k: ([round(x, 2) for x in v] if isinstance(v, list) else v) for k, v in c.extra.items()}}
-                       for c in candidates],
+        "candidates": [candidate_row(c, wall, cpu, best) for c in candidates],
     }
 
 
@@ -234,7 +208,7 @@ def markdown(result: dict, facts: dict) -> List[str]:
     tables = ("full reference tables" if s["max_rows"] >= max(s["table_rows"])
               else f"reference tables capped at {s['max_rows']:,} rows")
     lines = [f"Wide & Deep throughput, {tables}, batch {s['batch_size']:,}, "
-             f"{run_facts(result['date_utc'], facts)}, {s['intra_op_threads']} intra-op threads, load average "
+             f"{machine.run_facts(result['date_utc'], facts)}, {s['intra_op_threads']} intra-op threads, load average "
              f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f}. "
              f"{s['rounds']} alternating windows per candidate. Samples per CPU-second (process time) hardly "
              "depend on other jobs; cores busy = CPU-seconds per wall second of each window.", "",
@@ -251,27 +225,19 @@ def markdown(result: dict, facts: dict) -> List[str]:
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch_size", type=int, default=16384,
-                        help="per-step batch (16384 = the reference 131072 global batch per GPU on 8 GPUs)")
-    parser.add_argument("--max_rows", type=int, default=300_000, help="cap on rows per table (300000: none)")
-    parser.add_argument("--window_seconds", type=float, default=15.0)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser = throughput_parser(
+        "widedeep_throughput", __doc__.split("\n")[0], batch_size=16384,
+        batch_help="per-step batch (16384 = the reference 131072 global batch per GPU on 8 GPUs)",
+        max_rows=300_000, max_rows_help="cap on rows per table (300000: none)", window_seconds=15.0, rounds=4)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--linear_learning_rate", type=float, default=0.02)
     parser.add_argument("--deep_learning_rate", type=float, default=0.00012)
-    parser.add_argument("--skip", nargs="*", default=[], help="candidate names to leave out")
-    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "widedeep_throughput.json"))
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
-    command = command_line("benchmarks/widedeep_throughput.py", argv)
-    started = utc_now(minutes=True)
-    load_before = list(os.getloadavg())
-    configure_tensorflow(TrainConfig(intra_op_threads=args.threads, inter_op_threads=1, seed=0))
+    command, started, load_before = begin_run("benchmarks.widedeep_throughput", argv, args.threads)
     args.tables = capped_tables(args.max_rows)
     mflop = mlp_mflop_per_sample(sum(t.dim for t in args.tables) + len(NUMERICAL_FEATURES), DEEP_HIDDEN_UNITS)
     batches = make_batches(args.tables, args.batch_size, count=3)
@@ -281,8 +247,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
     candidates = [c for c in candidates if c.name not in args.skip]
     measure(candidates, args.window_seconds, args.rounds)
     result = summarise(candidates, args, started, load_before, command, mflop)
-    write_json(args.output, result, indent=2)
-    write_table(os.path.splitext(args.output)[0] + ".md", markdown(result, machine_facts()))
+    machine.write_report(args.output, result, markdown(result, machine.machine_facts()), indent=2)
     return result
 
 

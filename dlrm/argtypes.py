@@ -102,7 +102,7 @@ def sizes_list(text: str) -> list[int]:
 
 def feature_pairs(text: str) -> tuple[tuple[str, str], ...]:
     """'A:B,C:D' -> (('A', 'B'), ('C', 'D')): pairs of two different feature names, each pair once (in
-    either order). Whether the names exist is the dataset's to say (`dlrm.model.crosses.cross_problems`)."""
+    either order). Whether the names exist is the dataset's to say (`dlrm.feature_crosses.cross_problems`)."""
     pairs: list[tuple[str, str]] = []
     for item in str(text).split(","):
         names = tuple(name.strip() for name in item.split(":"))

@@ -1,7 +1,7 @@
 """Replace a file atomically: a reader, or a crash at any moment, sees the old content or the new, never a mix.
 
-Leaf module (standard library only) shared by the checkpoints, the feature spec, the sweep launcher,
-the preprocessing report and the predictions file.
+Leaf module (standard library only) shared by the checkpoints, the feature spec, the sweep launcher, the
+preprocessing outputs and report, the synthetic generators' ground truth and the predictions file.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping, Optional
 
 
 @dataclass
@@ -37,7 +38,7 @@ class DataConfig:
 
 ARCHS = ("dlrm", "dcnv2", "widedeep")
 MODEL_TYPES = ("wide", "deep", "wide_n_deep")  # --arch widedeep: which parts the model keeps
-MAX_CROSS_BUCKETS = 2**31 - 1  # cross ids are int32 (`dlrm.model.crosses`)
+MAX_CROSS_BUCKETS = 2**31 - 1  # cross ids are int32 (`dlrm.feature_crosses`)
 DEEP_OPTIMIZERS = ("rmsprop", "adagrad")  # --arch widedeep: the deep part's optimizer (the wide part: FTRL)
 
 
@@ -60,7 +61,7 @@ class ModelConfig:
     deep_dropout: float = 0.1
     model_type: str = "wide_n_deep"  # or "wide" / "deep": only that part
     # Wide & Deep: pairs of one-hot features crossed in the wide part (none: NVIDIA's TF2 reference), each a
-    # table of min(card_A x card_B, wide_cross_buckets) rows (`dlrm.model.crosses`).
+    # table of min(card_A x card_B, wide_cross_buckets) rows (`dlrm.feature_crosses`).
     wide_crosses: tuple[tuple[str, str], ...] = ()
     wide_cross_buckets: int = 1 << 20
     seed: int = 0
@@ -175,6 +176,46 @@ class Config:
                 if item.name in saved.get(section.name, {}):
                     setattr(target, item.name, _tuples(saved[section.name][item.name]))
         return config
+
+
+@dataclass(frozen=True)
+class PartialConfig:
+    """Some fields of a `Config`, per section: what a preset, or the flags a user typed, change.
+
+    Typed per section rather than keyed by loose (section, field) pairs: a field name that no section has
+    is refused when the partial config is made, and `applied_to` returns a new `Config` (the one given
+    is left as it was), so presets and flags stack in a stated order and can be shown in `--help`.
+    """
+
+    data: Mapping[str, Any] = field(default_factory=dict)
+    model: Mapping[str, Any] = field(default_factory=dict)
+    optimizer: Mapping[str, Any] = field(default_factory=dict)
+    sharding: Mapping[str, Any] = field(default_factory=dict)
+    train: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        defaults = Config()
+        for section in dataclasses.fields(Config):
+            values = dict(getattr(self, section.name))
+            known = {item.name for item in dataclasses.fields(getattr(defaults, section.name))}
+            if set(values) - known:
+                raise TypeError(f"{section.name} has no field {sorted(set(values) - known)}")
+            object.__setattr__(self, section.name, MappingProxyType(values))
+
+    def get(self, section: str, name: str, default: Any = None) -> Any:
+        return getattr(self, section).get(name, default)
+
+    def items(self) -> Iterator[tuple[tuple[str, str], Any]]:
+        """((section, field), value) of every field this partial config sets."""
+        for section in dataclasses.fields(Config):
+            for name, value in getattr(self, section.name).items():
+                yield (section.name, name), value
+
+    def applied_to(self, config: Config) -> Config:
+        """A copy of `config` with these fields set."""
+        return dataclasses.replace(config, **{
+            section.name: dataclasses.replace(getattr(config, section.name), **getattr(self, section.name))
+            for section in dataclasses.fields(Config)})
 
 
 def _tuples(value):

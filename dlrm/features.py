@@ -28,7 +28,7 @@ class TableConfig:
 
     `hotness`: ids per row (1 for one-hot; `max_hotness` for multi-hot, padded with -1).
     `multi_hot`: the feature is a bag (pooled with `combiner`), even if its hotness is 1.
-    `initializer`: one of INITIALIZERS; the model decides it (`dlrm.model.tables.model_tables`), not the data.
+    `initializer`: one of INITIALIZERS; the model decides it (`dlrm.model_tables.model_tables`), not the data.
     """
 
     name: str
@@ -80,13 +80,11 @@ class FeatureContract:
 
     @property
     def total_hotness(self) -> int:
-        """Width of a batch's categorical id array."""
-        return sum(t.hotness for t in self.tables)
+        return total_hotness(self.tables)
 
     @property
     def total_dim(self) -> int:
-        """Width of the embedding layer's output."""
-        return sum(t.dim for t in self.tables)
+        return total_dim(self.tables)
 
     def id_columns(self, table: int) -> Tuple[int, int]:
         """[start, end) of table `table`'s ids in a batch's categorical array."""
@@ -112,6 +110,16 @@ def table_problems(tables: Sequence[TableConfig]) -> List[str]:
     names = [table.name for table in tables]
     found += [f"categorical feature {name!r} appears twice" for name in sorted(set(names)) if names.count(name) > 1]
     return found
+
+
+def total_hotness(tables: Sequence[TableConfig]) -> int:
+    """Width of a batch's categorical id array: the tables' ids side by side."""
+    return sum(t.hotness for t in tables)
+
+
+def total_dim(tables: Sequence[TableConfig]) -> int:
+    """Width of the embedding layer's output: the tables' pooled vectors side by side."""
+    return sum(t.dim for t in tables)
 
 
 def _span(tables: Sequence[TableConfig], index: int, width) -> Tuple[int, int]:

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 from dlrm import argtypes
 from dlrm.data.errors import DataError
+from dlrm.sizes import SIZE_UNITS
 from preproc_spark3.config import (
     RAPIDS_JAR_ENV,
     PreprocConfig,
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max_partition_bytes", default=_env("PREPROC_MAX_PARTITION_BYTES",
                                                          _SPARK_DEFAULTS.max_partition_bytes),
                    help="at most this many bytes of an uncompressed day file per parse task, e.g. 128m (less for "
-                        "small inputs: 4 tasks per slot; a .gz/.bz2 file is one task)")
+                        f"small inputs: 4 tasks per slot; a .gz/.bz2 file is one task); {SIZE_UNITS}")
     s.add_argument("--spark_conf", action="append", default=[], metavar="KEY=VALUE",
                    help="any other Spark property (repeatable), applied last")
     g = p.add_argument_group("GPU (RAPIDS Accelerator for Apache Spark)")

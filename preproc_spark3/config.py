@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
+from dlrm.sizes import SizeError, parse_bytes
 
 LABEL = "label"
 NUMERICAL_COLUMNS = tuple(f"I{i}" for i in range(1, NUM_NUMERICAL + 1))
@@ -23,7 +24,6 @@ TRAIN, TEST, VALIDATION = "train", "test", "validation"
 SPLITS = (TRAIN, TEST, VALIDATION)
 
 RAPIDS_JAR_ENV = "RAPIDS_PLUGIN_JAR"
-_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 class PreprocessError(RuntimeError):
@@ -43,7 +43,7 @@ class SparkSettings:
     executor_memory: str = "8g"  # ignored in local mode (the driver runs the tasks)
     shuffle_partitions: int = 16
     local_dir: Optional[str] = None  # spill / shuffle files; None -> Spark's default (/tmp)
-    max_partition_bytes: str = "128m"  # size of one raw-input split (uncompressed files)
+    max_partition_bytes: str = "128m"  # size of one raw-input split (uncompressed files), read by `partition_bytes`
     gpu: bool = False
     rapids_jar: Optional[str] = None
     gpu_discovery_script: Optional[str] = None  # None -> preproc_spark3/get_gpus_resources.sh
@@ -95,17 +95,21 @@ class PreprocConfig:
                                   f"{self.rows_per_chunk}, {self.conversion_batch_rows}")
         if self.log_offset <= 0:
             raise PreprocessError(f"log_offset must be > 0, got {self.log_offset}")
-        parse_bytes(self.spark.max_partition_bytes, flag="--max_partition_bytes")
+        partition_bytes(self.spark)
         check_gpu_settings(self.spark)
 
 
-def parse_bytes(text: str, flag: str = "size") -> int:
-    """A size like Spark's: `134217728`, `64k`, `128m`, `1g` (binary units) -> bytes (> 0); `flag` names
-    the setting in the message."""
-    match = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", str(text).lower())
-    if not match or int(match.group(1)) <= 0:
-        raise PreprocessError(f"{flag} {text!r}: expected a positive number of bytes like 128m or 1g")
-    return int(match.group(1)) * _BYTE_UNITS[match.group(2)]
+def partition_bytes(settings: SparkSettings) -> int:
+    """`--max_partition_bytes` in bytes (> 0), read with the size grammar of every CLI (`dlrm.sizes`:
+    `128m`, `1g`, `512MiB`, all powers of 1024)."""
+    try:
+        value = parse_bytes(settings.max_partition_bytes)
+    except SizeError as error:
+        raise PreprocessError(f"--max_partition_bytes: {error}") from None
+    if value < 1:
+        raise PreprocessError(f"--max_partition_bytes: expected a memory size above 0, got "
+                              f"{settings.max_partition_bytes!r}")
+    return value
 
 
 def check_gpu_settings(settings: SparkSettings) -> None:

@@ -28,7 +28,14 @@ from pathlib import Path
 from dlrm.atomic import write_text_atomically
 from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from preproc_spark3.chunks import chunk_layout, first_half_lines
-from preproc_spark3.config import CATEGORICAL_COLUMNS, SPLITS, TEST, PreprocConfig, PreprocessError, parse_bytes
+from preproc_spark3.config import (
+    CATEGORICAL_COLUMNS,
+    SPLITS,
+    TEST,
+    PreprocConfig,
+    PreprocessError,
+    partition_bytes,
+)
 from preproc_spark3.dictionary_job import DictionaryJob, collect_results
 from preproc_spark3.parse_job import ParseJob, Partitions
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction
@@ -96,7 +103,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     shutil.rmtree(work, ignore_errors=True)
     try:  # success or failure (too many malformed lines, ...): drop the intermediate
         with _stage("count", seconds):  # lines per input split: line numbers, eval-day halves, chunks
-            size = split_bytes(day_files, parse_bytes(config.spark.max_partition_bytes), sc.defaultParallelism)
+            size = split_bytes(day_files, partition_bytes(config.spark), sc.defaultParallelism)
             splits = plan_splits(day_files, size)
             counts = sc.parallelize(splits, len(splits)).map(split_line_count).collect()
             lines_per_day = {day: 0 for day in day_files}

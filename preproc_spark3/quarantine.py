@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from dlrm.atomic import replaced_atomically
 from preproc_spark3.config import MalformedInputError
 
 QUARANTINE_FILE = "quarantine.jsonl"
@@ -50,7 +50,7 @@ def write_quarantine(records: list[dict], raw_dir: str, out_dir: str, total_line
     by_kind: dict[str, int] = {}
     by_file: dict[str, int] = {}
     examples: list[str] = []
-    with open(str(target) + ".partial", "w", encoding="utf-8") as sink:
+    with replaced_atomically(target, binary=False) as sink:
         for _, line, file, kind, reason, raw in rows:
             sink.write(json.dumps({"source_file": source + file, "line_number": line, "kind": kind,
                                    "reason": reason, "raw_line": raw}, ensure_ascii=False) + "\n")
@@ -58,7 +58,6 @@ def write_quarantine(records: list[dict], raw_dir: str, out_dir: str, total_line
             by_file[file] = by_file.get(file, 0) + 1
             if len(examples) < EXAMPLES_IN_ERROR:
                 examples.append(f"{source + file} line {line}: {reason}")
-    os.replace(str(target) + ".partial", target)
     return MalformedSummary(total_lines=total_lines, malformed_lines=len(rows), by_kind=by_kind, by_file=by_file,
                             quarantine_file=str(target), examples=examples)
 

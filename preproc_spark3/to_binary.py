@@ -21,6 +21,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from dlrm.atomic import replaced_atomically
 from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.config import CATEGORICAL_COLUMNS, LABEL, NUMERICAL_COLUMNS, SPLITS, PreprocessError
 from preproc_spark3.dictionary import IdLookup
@@ -172,15 +173,12 @@ def _concatenate(item: tuple[str, list[str]]) -> None:
     """Write `target` as the concatenation of `parts` (in order), published by an atomic rename."""
     target, parts = item
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target + ".partial", "wb") as sink:
+    with replaced_atomically(target) as sink:
         for part in parts:
             with open(part, "rb") as source:
                 left = os.fstat(source.fileno()).st_size
                 while left > 0:
                     left -= os.copy_file_range(source.fileno(), sink.fileno(), left)
-        sink.flush()
-        os.fsync(sink.fileno())
-    os.replace(target + ".partial", target)
 
 
 def assemble_splits(spark, spec, out_dir: str, work: str, layout: ChunkLayout, rows: dict[int, int]) -> dict[str, int]:

@@ -18,7 +18,7 @@ import numpy as np
 from dlrm import argtypes
 from dlrm.data.binary import Batch, BatchReader
 from dlrm.data.feature_spec import FeatureSpec
-from dlrm.metrics import exact_auc, map_at_k
+from dlrm.exact_metrics import exact_auc, map_at_k
 
 
 def _load(spec: FeatureSpec, mapping: str, limit: Optional[int]) -> Batch:

@@ -33,7 +33,7 @@ from dlrm.data.presets import SYNTHETIC_PRESET_NAMES, is_widedeep_preset
 from dlrm.data.synthetic_model import GENERATOR_VERSION, ClickModel, build_click_model
 from dlrm.data.synthetic_sampling import GeneratorParams, sample_features, zipf_ids
 from dlrm.errors import UserError
-from dlrm.metrics import exact_auc, log_loss_from_logits
+from dlrm.exact_metrics import exact_auc, log_loss_from_logits
 
 __all__ = ["GENERATOR_VERSION", "GROUND_TRUTH_FILE", "ClickModel", "GeneratorParams", "generate_dataset",
            "generate_atomically", "is_generated", "zipf_ids"]

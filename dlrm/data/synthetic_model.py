@@ -13,12 +13,12 @@ target positive rate. The true click probability of every row is sigmoid(logit),
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
+from dlrm.atomic import replaced_atomically
 from dlrm.data.synthetic_sampling import BAG_POOLINGS, GeneratorParams, numerical_log_means, sample_features
 
 GENERATOR_VERSION = 1
@@ -86,9 +86,8 @@ class ClickModel:
         if any(h > 1 for h in self.table_hotness):  # a one-hot model's file stays as it always was
             arrays.update(hotness=np.asarray(self.table_hotness, dtype=np.int64),
                           bag_pooling=np.asarray(self.bag_pooling))
-        tmp = f"{path}.tmp.npz"
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        with replaced_atomically(path) as f:
+            np.savez(f, **arrays)
 
     @classmethod
     def load(cls, path: str) -> "ClickModel":

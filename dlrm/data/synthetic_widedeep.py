@@ -39,8 +39,8 @@ from dlrm.data.synthetic_widedeep_model import (
     scale_to,
 )
 from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
-from dlrm.metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
-from dlrm.model.crosses import cross_name
+from dlrm.exact_metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
+from dlrm.feature_crosses import cross_name
 
 GENERATOR_VERSION = 3
 BLOCK_DISPLAYS = 1 << 15  # displays per independently seeded block (part of the determinism contract)

@@ -24,14 +24,14 @@ calibration sample.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
+from dlrm.atomic import replaced_atomically
+from dlrm.feature_crosses import cross_name
 from dlrm.features import PADDING_ID
-from dlrm.model.crosses import cross_name
 
 # Memorisation: one effect per ad (many ids, each seen tens of times in the tiny preset). Generalisation:
 # low-rank interactions between request attributes and ad attributes of modest cardinality, which
@@ -107,9 +107,8 @@ class WideDeepTruth:
         arrays.update(tables=np.asarray(self.tables), hotness=np.asarray(self.hotness, dtype=np.int64),
                       numerical_center=self.numerical_center, numerical_linear=self.numerical_linear,
                       numerical_quadratic=self.numerical_quadratic)
-        tmp = f"{path}.tmp.npz"
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        with replaced_atomically(path) as f:
+            np.savez(f, **arrays)
 
     @classmethod
     def load(cls, path: str) -> "WideDeepTruth":

@@ -19,7 +19,7 @@ from typing import List, Sequence, Tuple
 import tensorflow as tf
 
 from dlrm.embedding.pieces import TablePiece
-from dlrm.features import TableConfig, table_problems
+from dlrm.features import TableConfig, table_problems, total_dim, total_hotness
 
 
 class EmbeddingCollection(tf.keras.layers.Layer):
@@ -51,11 +51,11 @@ class EmbeddingCollection(tf.keras.layers.Layer):
 
     @property
     def total_hotness(self) -> int:
-        return sum(self.hotness)
+        return total_hotness(self._table_configs)
 
     @property
     def total_dim(self) -> int:
-        return sum(self.dims)
+        return total_dim(self._table_configs)
 
     def split_ids(self, ids) -> List[tf.Tensor]:
         """ids [B, total_hotness] -> one [B, hotness] block per table (a wrong width is refused)."""

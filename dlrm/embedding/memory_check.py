@@ -13,8 +13,9 @@ import resource
 from typing import Optional, Tuple
 
 from dlrm import dist
-from dlrm.embedding.planner import Plan, format_bytes
+from dlrm.embedding.planner import Plan
 from dlrm.errors import UserError
+from dlrm.sizes import format_bytes
 
 
 class NotEnoughMemory(UserError):

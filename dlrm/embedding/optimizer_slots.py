@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
+from dlrm.choices import named_choice
+
 SLOT_NAMES: Dict[str, Tuple[str, ...]] = {
     "sgd": (),
     "adagrad": ("accumulator",),
@@ -19,10 +21,7 @@ OPTIMIZER_NAMES: Tuple[str, ...] = tuple(SLOT_NAMES)
 
 def slot_names(optimizer: str) -> Tuple[str, ...]:
     """Names of the state slots `optimizer` keeps beside every weight."""
-    try:
-        return SLOT_NAMES[optimizer]
-    except KeyError:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {OPTIMIZER_NAMES}") from None
+    return named_choice(SLOT_NAMES, optimizer, "optimizer")
 
 
 def slots_for_optimizer(optimizer: str) -> int:

@@ -6,6 +6,6 @@ its weights (whole tables assembled from the pieces of every rank, no optimizer 
 serving signature with named inputs (docs/export.md). Modules by job, from the bottom up: `errors`,
 `source` (which checkpoint, its configuration and feature spec), `fits` (does it fit one host),
 `inputs` (the serving inputs' layout), `output_dir` (atomic publishing), `serving` (the tf.Module),
-`onnx_model`, `saved_model` (the whole export), `cli`. Nothing in the trainer imports this package but
-its end-of-training hook.
+`onnx_model`, `saved_model` (the whole export), `cli`, `after_training` (the export main.py chains after
+training). Nothing in the trainer imports this package.
 """

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 from dlrm.argtypes import ArgumentParser, add_debug_flag
 from dlrm.config import ExportConfig
-from dlrm.embedding.planner import positive_byte_size
+from dlrm.sizes import SIZE_UNITS, positive_byte_size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--max_memory", dest="max_memory_bytes", type=positive_byte_size, default=None,
                         help="refuse a model whose tables need more than this in one process, e.g. 64GiB "
-                             "(default: the memory this machine has available)")
+                             f"(default: the memory this machine has available); {SIZE_UNITS}")
     parser.add_argument("--onnx", action="store_true", help="also write model.onnx into --out (tf2onnx)")
     add_debug_flag(parser)
     return parser
@@ -32,8 +32,15 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> ExportConfig:
     return ExportConfig(**vars(build_parser().parse_args(list(argv) if argv is not None else None)))
 
 
-def main(argv: list) -> int:
+def export_checkpoint(argv: Sequence[str]) -> int:
     from dlrm.export.saved_model import export
 
     export(parse_config(argv))
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Export; errors are reported by `dlrm.cli_errors.run_main` (one message, no traceback unless --debug)."""
+    from dlrm.cli_errors import run_main
+
+    return run_main(export_checkpoint, argv)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Optional
 
 from dlrm.embedding.memory_check import available_memory
-from dlrm.embedding.planner import format_bytes, plan_embeddings
+from dlrm.embedding.planner import plan_embeddings
 from dlrm.export.errors import ExportError
 from dlrm.features import FeatureContract
+from dlrm.sizes import format_bytes
 
 
 def table_bytes(contract: FeatureContract) -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from dlrm.embedding.planner import format_bytes
 from dlrm.export.errors import ExportError
 from dlrm.export.inputs import ServingLayout
+from dlrm.sizes import format_bytes
 
 ONNX_OPSET = 17
 ONNX_LIMIT_BYTES = 2 * 1024**3 - 64 * 1024**2  # the protobuf limit, less room for the graph itself

@@ -1,7 +1,7 @@
 """The export: checkpoint -> one-process model with the restored weights -> SavedModel (+ ONNX), atomically.
 
 The model is the one the trainer builds from the checkpoint's configuration (`train.build`), restored by
-the trainer's restore (`train.restore`): a one-process `LocalEmbedding` restore assembles every table
+the trainer's restore (`train.checkpoint.restore`): a one-process `LocalEmbedding` restore assembles every table
 from the pieces any world size wrote, and no optimizer state is read.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dlrm.export.output_dir import check_target, staged
 from dlrm.export.serving import serving_module
 from dlrm.export.source import describe, load_source
 from dlrm.train.build import parts_for_spec
-from dlrm.train.restore import restore
+from dlrm.train.checkpoint.restore import restore
 
 SIGNATURE = "serving_default"
 LAYOUT_FILE = "serving_inputs.json"

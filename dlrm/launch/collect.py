@@ -149,7 +149,7 @@ def _fmt(value) -> str:
 
 
 def write_markdown(rows: List[dict], path: str) -> None:
-    from dlrm.embedding.planner import format_bytes
+    from dlrm.sizes import format_bytes
 
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:

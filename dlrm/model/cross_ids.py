@@ -1,4 +1,4 @@
-"""The Wide & Deep model's embedding-layer input, cross ids included (`dlrm.model.crosses` says how they are
+"""The Wide & Deep model's embedding-layer input, cross ids included (`dlrm.feature_crosses` says how they are
 computed and why here: every path, one rank or N, training or serving, calls the model with the
 batch's id columns and the model feeds its embedding layer through `embedding_ids`)."""
 from __future__ import annotations
@@ -7,12 +7,12 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from dlrm.model.crosses import HASH_MULTIPLIER, HASH_OFFSET, HASH_PRIME, Cross
+from dlrm.feature_crosses import HASH_MULTIPLIER, HASH_OFFSET, HASH_PRIME, Cross
 
 
 def cross_ids(categorical: tf.Tensor, crosses: Sequence[Cross]) -> tf.Tensor:
     """Cross ids [B, len(crosses)] int32 of a batch's id columns [B, total_hotness] (the same values as
-    `dlrm.model.crosses.cross_key`)."""
+    `dlrm.feature_crosses.cross_key`)."""
     columns = []
     for cross in crosses:
         a = tf.cast(categorical[:, cross.first_column], tf.int64)
@@ -27,7 +27,7 @@ def cross_ids(categorical: tf.Tensor, crosses: Sequence[Cross]) -> tf.Tensor:
 
 def embedding_ids(categorical: tf.Tensor, copies: int, crosses: Sequence[Cross]) -> tf.Tensor:
     """The model's embedding-layer input: the batch's id columns `copies` times side by side (deep, then
-    wide tables), then the cross ids (the cross tables come last, `dlrm.model.tables.model_tables`)."""
+    wide tables), then the cross ids (the cross tables come last, `dlrm.model_tables.model_tables`)."""
     parts = [categorical] * copies
     if crosses:
         parts.append(cross_ids(categorical, crosses))

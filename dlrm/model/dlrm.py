@@ -7,7 +7,7 @@ the embedding gradients sparse (`tf.IndexedSlices` from the gathers outside XLA)
 """
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import List, Optional
 
 import tensorflow as tf
 
@@ -20,7 +20,6 @@ from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, 
 from dlrm.model.mlp import MLP
 from dlrm.model.precision import compute_dtype, keras_policy
 from dlrm.model.shape_rules import check_model_shape
-from dlrm.model.widedeep import WideDeepModel
 
 
 class RecommenderModel(EmbeddingModel):
@@ -92,15 +91,3 @@ class RecommenderModel(EmbeddingModel):
         embedded = self.embeddings(categorical)
         return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded)
 
-
-Model = Union[RecommenderModel, WideDeepModel]
-
-
-def build_model(model_cfg: ModelConfig, contract: FeatureContract, embeddings: EmbeddingCollection,
-                amp: bool = False, xla: bool = False) -> Model:
-    """The model for `model_cfg.arch` and the dataset's `contract`, with every variable created (safe to
-    restore into right away). A contract the model cannot take raises ModelShapeError naming the rule.
-    Its embedding layer holds `dlrm.model.tables.model_tables(model_cfg, contract)`."""
-    if model_cfg.arch == "widedeep":
-        return WideDeepModel(model_cfg, contract, embeddings, amp=amp, xla=xla)
-    return RecommenderModel(model_cfg, contract, embeddings, amp=amp, xla=xla)

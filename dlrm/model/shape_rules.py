@@ -5,8 +5,8 @@ from typing import List
 
 from dlrm.config import ModelConfig
 from dlrm.errors import UserError
+from dlrm.feature_crosses import cross_problems
 from dlrm.features import FeatureContract, TableConfig
-from dlrm.model.crosses import cross_problems
 
 
 class ModelShapeError(UserError, ValueError):

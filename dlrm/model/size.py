@@ -9,7 +9,7 @@ import tensorflow as tf
 from dlrm.config import ModelConfig
 from dlrm.features import FeatureContract
 from dlrm.model.interaction import dot_interaction_output_dim
-from dlrm.model.tables import embedding_parameters, has_deep, has_wide
+from dlrm.model_tables import embedding_parameters, has_deep, has_wide
 
 
 def parameter_count(model: tf.keras.Model) -> int:

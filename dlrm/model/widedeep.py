@@ -6,7 +6,7 @@
   numerical features -> `deep_hidden_units` (ReLU, dropout after each) -> one logit.
 
 Both parts read the same ids: the batch's id columns are fed twice side by side into one
-`EmbeddingCollection` holding the deep tables then the wide ones (`dlrm.model.tables.model_tables`),
+`EmbeddingCollection` holding the deep tables then the wide ones (`dlrm.model_tables.model_tables`),
 so one exchange serves both; the wide part's crossed features (`--wide_crosses`) add one id column each,
 computed from the batch's ids before the lookup (`dlrm.model.cross_ids`). `--model_type wide|deep` keeps
 only that part (its tables, its variables). Dropout masks are keyed by the dataset row
@@ -28,7 +28,7 @@ from dlrm.model.dropout import row_keyed_dropout
 from dlrm.model.mlp import MLP, layer_seed
 from dlrm.model.precision import compute_dtype, keras_policy
 from dlrm.model.shape_rules import check_model_shape
-from dlrm.model.tables import has_deep, has_wide, id_copies, model_crosses, model_tables
+from dlrm.model_tables import has_deep, has_wide, id_copies, model_crosses, model_tables
 
 
 class WideDeepModel(EmbeddingModel):

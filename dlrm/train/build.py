@@ -24,10 +24,10 @@ from dlrm.embedding.memory_check import check_plan_fits_machine
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.features import FeatureContract
-from dlrm.model.dlrm import Model, build_model
+from dlrm.model.build import Model, build_model
 from dlrm.model.shape_rules import check_model_shape
-from dlrm.model.tables import has_deep, has_wide, model_tables
 from dlrm.model.widedeep import WideDeepModel
+from dlrm.model_tables import has_deep, has_wide, model_tables
 from dlrm.train import checkpoint
 from dlrm.train.checkpoint import PieceSlots
 from dlrm.train.optimizers import (

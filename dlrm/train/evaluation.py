@@ -16,7 +16,7 @@ import tensorflow as tf
 from dlrm.dist import ProcessGroup
 from dlrm.train import stopping
 from dlrm.train.build import Parts, make_reader
-from dlrm.train.eval_metrics import EvalMetrics, score
+from dlrm.train.eval_result import EvalMetrics, score
 from dlrm.train.predictions import PredictionsPathError, write_predictions
 
 

@@ -19,11 +19,11 @@ import numpy as np
 from dlrm.data.errors import MappingTooSmall
 from dlrm.train import stopping
 from dlrm.train.build import Parts, make_reader
-from dlrm.train.checkpointing import Checkpoints, non_finite_error
-from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
+from dlrm.train.checkpoint.restore import restore, restore_source
+from dlrm.train.checkpoint.saving import Checkpoints, non_finite_error
+from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.evaluation import evaluate
 from dlrm.train.metrics_log import MetricsLog
-from dlrm.train.restore import restore, restore_source
 from dlrm.train.result import RunResult
 from dlrm.train.step import make_predict_step, make_train_step
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, TextIO
 
 from dlrm.atomic import describe_os_error
 from dlrm.errors import PathError
-from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics, progress_text
+from dlrm.train.eval_result import BayesOptimal, EvalMetrics, progress_text
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "metrics.png"

@@ -8,28 +8,26 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Generator, Optional, cast
+from typing import Generator, Optional, Protocol, cast
 
 import numpy as np
 import tensorflow as tf
 
 from dlrm import dist
-from dlrm.config import Config, ExportConfig
+from dlrm.config import Config
 from dlrm.data.errors import MappingTooSmall
-from dlrm.export.output_dir import check_target
-from dlrm.export.saved_model import export
 from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
 from dlrm.train.benchmark import train_benchmark
 from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
-from dlrm.train.checkpointing import checkpoint_dir_lock
+from dlrm.train.checkpoint.restore import restore, restore_source
+from dlrm.train.checkpoint.saving import checkpoint_dir_lock
 from dlrm.train.dataset import check_data, prepare_dataset
-from dlrm.train.eval_metrics import BayesOptimal, final_text
+from dlrm.train.eval_result import BayesOptimal, final_text
 from dlrm.train.evaluation import evaluate
 from dlrm.train.loop import train
 from dlrm.train.metrics_log import MetricsLog
 from dlrm.train.predictions import PredictionsPathError, path_problem
-from dlrm.train.restore import restore, restore_source
 from dlrm.train.result import RunResult
 from dlrm.train.step import make_predict_step
 
@@ -50,11 +48,15 @@ def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> R
                      seconds=time.perf_counter() - started)
 
 
-def export_after_training(checkpoint_dir: str, out: str, dataset_dir: Optional[str], log: MetricsLog) -> None:
-    """--saved_model_output_path: rank 0 exports the final checkpoint (every table assembled in one process)
-    once training is over; the other ranks have finished."""
-    result = export(ExportConfig(checkpoint=checkpoint_dir, out=out, dataset_dir=dataset_dir), log=log.message)
-    log.event("saved_model", result.step, path=result.out, seconds=result.seconds)
+class AfterTraining(Protocol):
+    """A step the entry point chains after training (main.py: the export for serving, `dlrm.export`, which
+    sits above the trainer and so is handed in, not imported). It runs inside `run` rather than after it:
+    `check` on every rank before step 1, so that a target it would refuse costs no training, and `finish` on
+    rank 0 with the final checkpoint while the run's log is open, its errors reported like the run's."""
+
+    def check(self) -> None: ...
+
+    def finish(self, checkpoint_dir: str, dataset_dir: Optional[str], log: MetricsLog) -> None: ...
 
 
 def _benchmark_batches(parts: Parts, needed: int) -> list:
@@ -101,18 +103,17 @@ def inference_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
     return result
 
 
-def _run_mode(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
+def _run_mode(parts: Parts, log: MetricsLog, bayes: BayesOptimal, after_training: Optional[AfterTraining]) -> RunResult:
     mode = parts.config.train.mode
     if mode == "train" and parts.config.train.benchmark:
         return train_benchmark(parts, log)
     if mode == "train":
-        export_to = parts.config.train.saved_model_output_path
-        if export_to:
-            check_target(export_to, overwrite=False)  # before step 1, on every rank: no training lost to it
+        if after_training:
+            after_training.check()
         with checkpoint_dir_lock(parts):  # checked and locked before training, held to the end
             result = train(parts, log, bayes)
-        if export_to and result.checkpoint and parts.group.rank == 0:
-            export_after_training(result.checkpoint, export_to, parts.spec.base_directory, log)
+        if after_training and result.checkpoint and parts.group.rank == 0:
+            after_training.finish(result.checkpoint, parts.spec.base_directory, log)
         return result
     if mode == "eval":
         return evaluate_checkpoint(parts, log, bayes)
@@ -144,9 +145,9 @@ def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> Non
         raise PredictionsPathError(failures[0].message)
 
 
-def run(config: Config) -> RunResult:
-    """Set up, then run `config.train.mode`. Raises a UserError (NonFiniteLossError, CheckpointError, DataError,
-    Interrupted, PeerRankFailed, ...) on failure."""
+def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunResult:
+    """Set up, then run `config.train.mode` (then `after_training`, in train mode). Raises a UserError
+    (NonFiniteLossError, CheckpointError, DataError, Interrupted, PeerRankFailed, ...) on failure."""
     configure_tensorflow(config.train)
     group = dist.start(config.train.backend)
     log = MetricsLog(config.train.run_dir, enabled=group.rank == 0)
@@ -157,7 +158,7 @@ def run(config: Config) -> RunResult:
         parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train")
         bayes = BayesOptimal.of(parts.spec.metadata) if not config.data.dataset_dir else BayesOptimal()
         log_features(parts, dataset_dir, log)
-        result = _run_mode(parts, log, bayes)
+        result = _run_mode(parts, log, bayes, after_training)
         if result.metrics is not None:
             log.message(final_text(result.metrics, bayes, result.step))
         return result

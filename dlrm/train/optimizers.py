@@ -28,6 +28,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 
 import tensorflow as tf
 
+from dlrm.choices import named_choice
 from dlrm.config import OptimizerConfig
 from dlrm.embedding.optimizer_slots import SLOT_NAMES
 from dlrm.model.precision import needs_loss_scaling
@@ -371,12 +372,7 @@ def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks
 
     `all_ranks_true` (e.g. `ProcessGroup.all_ranks_true`) makes loss scaling's skip decision global.
     """
-    try:
-        cls = OPTIMIZERS[cfg.optimizer]
-    except KeyError:
-        raise ValueError(
-            f"unknown optimizer {cfg.optimizer!r}; choose one of {sorted(OPTIMIZERS)}"
-        ) from None
+    cls = named_choice(OPTIMIZERS, cfg.optimizer, "optimizer")
     optimizer = cls(schedule, name=cfg.optimizer)
     return LossScaledOptimizer(optimizer, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else optimizer
 

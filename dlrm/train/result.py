@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
+from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dlrm.data.criteo import preset_cardinalities
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.lr_baseline import logistic_regression_auc
 from dlrm.data.synthetic import GROUND_TRUTH_FILE, ClickModel, generate_dataset, zipf_ids
-from dlrm.metrics import exact_auc
+from dlrm.exact_metrics import exact_auc
 from tests.support import ROOT
 from tests.support.datasets import files_of
 

@@ -21,7 +21,7 @@ from dlrm.data.synthetic import (
 )
 from dlrm.data.synthetic_model import bag_weights, build_click_model
 from dlrm.data.synthetic_sampling import GeneratorParams, bag_ids, sample_features
-from dlrm.metrics import exact_auc, log_loss_from_logits
+from dlrm.exact_metrics import exact_auc, log_loss_from_logits
 from tests.support import ROOT
 from tests.support.datasets import files_of
 

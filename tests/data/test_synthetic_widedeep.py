@@ -15,7 +15,7 @@ from dlrm.data.presets import WIDEDEEP_PRESETS
 from dlrm.data.synthetic_widedeep import GROUND_TRUTH_FILE, generate_widedeep, is_widedeep_generated
 from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES, WideDeepTruth
 from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
-from dlrm.metrics import exact_auc, log_loss_from_logits, map_at_k
+from dlrm.exact_metrics import exact_auc, log_loss_from_logits, map_at_k
 from tests.support import ROOT
 from tests.support.datasets import files_of
 

@@ -12,18 +12,11 @@ import pytest
 from dlrm.config import ShardingConfig
 from dlrm.data.criteo import preset_cardinalities
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
-from dlrm.embedding.planner import (
-    GiB,
-    Plan,
-    PlanError,
-    format_bytes,
-    minimum_rank_memory,
-    parse_bytes,
-    plan_embeddings,
-)
+from dlrm.embedding.planner import Plan, PlanError, minimum_rank_memory, plan_embeddings
 from dlrm.embedding.planner.layout import check_tables, lay_out
 from dlrm.embedding.planner.strategies import Assignment, place_largest_first
 from dlrm.features import one_hot_tables
+from dlrm.sizes import GiB, format_bytes, parse_bytes
 from tests.support import ROOT
 
 
@@ -193,10 +186,10 @@ def test_plan_json_round_trip_is_exact():
 
 def test_parse_bytes_units():
     assert parse_bytes("80GiB") == 80 * GiB
-    assert parse_bytes("2TB") == 2 * 10**12
+    assert parse_bytes("2TB") == 2 * 2**40  # every unit is a power of 1024 (dlrm.sizes)
     assert parse_bytes("512") == 512
-    assert parse_bytes("1gib") == GiB and parse_bytes("16k") == 16_000  # any case; main.py's flags use this
-    with pytest.raises(ValueError, match="memory size"):
+    assert parse_bytes("1gib") == GiB and parse_bytes("16k") == 16 * 1024  # any case; main.py's flags use this
+    with pytest.raises(ValueError, match="invalid size 'lots'"):
         parse_bytes("lots")
 
 

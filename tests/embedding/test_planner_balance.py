@@ -6,8 +6,9 @@ import pytest
 
 from dlrm.config import ShardingConfig
 from dlrm.data.criteo import T0, preset_cardinalities
-from dlrm.embedding.planner import GiB, Plan, plan_embeddings
+from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.features import TableConfig, one_hot_tables
+from dlrm.sizes import GiB
 
 # MLPerf DLRM-DCNv2: Criteo 1TB counts capped at 40M rows, multi-hot with these ids per row.
 MLPERF_HOTNESS = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)

@@ -10,7 +10,7 @@ import pytest
 
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
-from dlrm.embedding.planner import Plan, PlanError, format_bytes, plan_embeddings, positive_byte_size
+from dlrm.embedding.planner import Plan, PlanError, plan_embeddings
 from dlrm.embedding.planner.cli import build_parser, print_plan
 from dlrm.embedding.planner.layout import check_tables, even_ranges, lay_out
 from dlrm.embedding.planner.strategies import (
@@ -25,6 +25,7 @@ from dlrm.embedding.planner.strategies import (
 )
 from dlrm.errors import UsageError
 from dlrm.features import TableConfig, one_hot_tables
+from dlrm.sizes import format_bytes, positive_byte_size
 
 
 def _tables(rows, dim=2, world_size=2, slots=0, bytes_per_element=4):

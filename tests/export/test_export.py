@@ -12,7 +12,7 @@ import pytest
 from dlrm.cli import parse_config
 from dlrm.cli_errors import run_main
 from dlrm.errors import UsageError
-from dlrm.export.cli import main as export_main
+from dlrm.export.cli import export_checkpoint
 from tests.data.mixed_dataset import write_mixed
 from tests.support import hybrid
 from tests.support.multirank import memoised, run_ranks, run_single, scratch_dir
@@ -105,7 +105,7 @@ def test_two_rank_checkpoint_scores_like_the_trainer():
 
 
 def _refused(capsys, *argv: str) -> str:
-    assert run_main(export_main, list(argv)) == 1
+    assert run_main(export_checkpoint, list(argv)) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     return err
@@ -136,7 +136,7 @@ def test_output_directory_refused_unless_overwrite(capsys, tmp_path):
     out.mkdir()
     (out / "old").write_text("x")
     assert "pass --overwrite" in _refused(capsys, "--checkpoint", f"{base}/ckpt", "--out", str(out))
-    assert run_main(export_main, ["--checkpoint", f"{base}/ckpt", "--out", str(out), "--overwrite"]) == 0
+    assert run_main(export_checkpoint, ["--checkpoint", f"{base}/ckpt", "--out", str(out), "--overwrite"]) == 0
     assert sorted(os.listdir(out)) == ["assets", "fingerprint.pb", "saved_model.pb", "variables"]
     assert [p for p in os.listdir(tmp_path) if p != "out"] == []  # no temporary directory left
 

@@ -7,8 +7,8 @@ import tensorflow as tf
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
+from dlrm.model.build import build_model
 from dlrm.model.dcnv2 import LowRankCrossNetwork
-from dlrm.model.dlrm import build_model
 from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, reference_dot_interaction
 from dlrm.model.mlp import MLP
 from dlrm.model.shape_rules import ModelShapeError

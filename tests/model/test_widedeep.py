@@ -11,10 +11,10 @@ from dlrm.config import ModelConfig
 from dlrm.data import widedeep_reference as ref
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import FeatureContract, TableConfig
-from dlrm.model.dlrm import build_model
+from dlrm.model.build import build_model
 from dlrm.model.dropout import keep_mask
 from dlrm.model.size import parameter_count, parameter_count_of
-from dlrm.model.tables import model_tables
+from dlrm.model_tables import model_tables
 from tests.support.contracts import one_hot_contract
 
 # NVIDIA's TF2 W&D on Outbrain: 1235 embedding values per row, "~92M" parameters (exactly this many).

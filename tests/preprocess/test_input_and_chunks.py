@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from preproc_spark3.chunks import ChunkLayout, chunk_ids
-from preproc_spark3.config import PreprocConfig, PreprocessError, SparkSettings, parse_bytes
+from preproc_spark3.config import PreprocConfig, PreprocessError, SparkSettings, partition_bytes
 from preproc_spark3.raw_input import count_lines, find_day_files, line_blocks, lines_array, plan_splits
 
 TEXTS = [b"a\tb\nccc\r\n\r\ndd\re\n\nlast", b"x\r", b"\n", b"one\ntwo\n", b"\r\n\r\r\n\n\r"]
@@ -46,12 +46,13 @@ def test_a_gzip_file_is_one_split_read_as_a_stream(tmp_path):
 
 
 def test_sizes_and_unknown_codecs():
-    assert parse_bytes("128m") == 128 << 20 and parse_bytes("1g") == 1 << 30 and parse_bytes("4096") == 4096
+    for text, expected in (("128m", 128 << 20), ("1g", 1 << 30), ("4096", 4096), ("80GiB", 80 << 30)):
+        assert partition_bytes(SparkSettings(max_partition_bytes=text)) == expected
     for bad in ("0", "-1m", "1x", ""):
-        with pytest.raises(PreprocessError):
-            parse_bytes(bad)
+        with pytest.raises(PreprocessError, match="^--max_partition_bytes: "):
+            partition_bytes(SparkSettings(max_partition_bytes=bad))
     settings = SparkSettings(max_partition_bytes="abc")
-    with pytest.raises(PreprocessError, match="--max_partition_bytes 'abc': expected a positive number of bytes"):
+    with pytest.raises(PreprocessError, match="--max_partition_bytes: invalid size 'abc': expected bytes or"):
         PreprocConfig(raw_dir="raw", out_dir="out", spark=settings).validate()
 
 

@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
-from dlrm.model.dlrm import build_model
+from dlrm.model.build import build_model
 from tests.support.contracts import one_hot_contract
 
 SIZES = [7, 3, 11, 5]

@@ -6,8 +6,8 @@ import pytest
 
 from dlrm.config import ModelConfig
 from dlrm.embedding.local import LocalEmbedding
-from dlrm.metrics import exact_auc, log_loss_from_logits
-from dlrm.model.dlrm import build_model
+from dlrm.exact_metrics import exact_auc, log_loss_from_logits
+from dlrm.model.build import build_model
 from dlrm.train.evaluation import predict_batches
 from dlrm.train.step import make_predict_step
 from tests.support.contracts import one_hot_contract

@@ -14,8 +14,8 @@ from dlrm.atomic import replaced_atomically
 from dlrm.data.binary import BatchReader
 from dlrm.data.feature_spec import FeatureSpec
 from dlrm.data.writer import write_split_binary
-from dlrm.metrics import map_at_k
-from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics, final_text, progress_text, score
+from dlrm.exact_metrics import map_at_k
+from dlrm.train.eval_result import BayesOptimal, EvalMetrics, final_text, progress_text, score
 from dlrm.train.evaluation import Predictions, dataset_order, predict_batches
 from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.predictions import HEADER, PredictionsPathError, path_problem, write_predictions

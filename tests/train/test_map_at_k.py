@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dlrm.metrics import map_at_k
+from dlrm.exact_metrics import map_at_k
 from tests.support.displays import brute_force_map
 
 

@@ -182,7 +182,7 @@ def train_tiny_model(name, steps=2, amp=False, xla=False):
     """A few steps of the real model + optimizer; returns (model, initial table values)."""
     from dlrm.config import ModelConfig
     from dlrm.embedding.local import LocalEmbedding
-    from dlrm.model.dlrm import build_model
+    from dlrm.model.build import build_model
     from tests.support.contracts import one_hot_contract
 
     contract = one_hot_contract([20, 30], 4)

@@ -13,10 +13,11 @@ from dlrm.cli import parse_config
 from dlrm.data.binary import BatchReader
 from dlrm.data.errors import DataError
 from dlrm.dist import single_process
-from dlrm.train import checkpoint, checkpointing
+from dlrm.train import checkpoint
 from dlrm.train.build import build_parts, configure_tensorflow, make_reader
+from dlrm.train.checkpoint import saving
 from dlrm.train.dataset import prepare_dataset
-from dlrm.train.eval_metrics import BayesOptimal, EvalMetrics
+from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.modes import run
 from dlrm.train.step import make_train_step
@@ -92,7 +93,7 @@ DIVERGED = re.compile(r"^(training loss is \S+|weights are NaN/inf) at step (\d+
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_path):
     ckpt_dir = str(tmp_path / "ckpt")
-    with pytest.raises(checkpointing.NonFiniteLossError) as error:
+    with pytest.raises(saving.NonFiniteLossError) as error:
         # the warmup starts at lr 0 (good checkpoints), then an absurd learning rate blows the weights up
         _run(synthetic_dir, tmp_path, "--optimizer", "sgd", "--learning_rate", "1e37", "--warmup_steps", "4",
              "--decay_steps", "0", "--max_steps", "12", "--checkpoint_every", "1", "--keep_checkpoints", "20",
@@ -122,7 +123,7 @@ def test_both_divergence_checks_give_one_message(synthetic_dir, tmp_path, poison
     suffix = ".m.npy" if poisoned == "adam_m" else "bias.npy"  # the last bias adds to the logit directly
     target = sorted(name for name in os.listdir(dense) if name.endswith(suffix))[-1]
     np.save(dense / target, np.full_like(np.load(dense / target), np.nan))
-    with pytest.raises(checkpointing.NonFiniteLossError) as error:
+    with pytest.raises(saving.NonFiniteLossError) as error:
         _run(synthetic_dir, tmp_path, "--max_steps", "4", *flags)
     match = DIVERGED.match(str(error.value))
     assert match, str(error.value)
@@ -202,15 +203,15 @@ def test_partial_batch_drop_reports_the_skipped_rows(synthetic_dir, tmp_path):
 def test_weights_are_checked_for_nan_and_inf_in_row_chunks(monkeypatch):
     """The check before a checkpoint looks at big tables a few rows at a time (no bool copy of a
     whole table), and still finds a NaN or inf in any chunk, the last partial one included."""
-    monkeypatch.setattr(checkpointing, "FINITE_CHECK_ROWS", 4)
+    monkeypatch.setattr(saving, "FINITE_CHECK_ROWS", 4)
     table = np.ones((10, 3), np.float32)  # chunks of rows 0-3, 4-7, 8-9
     scalar, counter = tf.Variable(1.5), tf.Variable(np.int64(7))
-    assert checkpointing.all_finite([tf.Variable(table), scalar, counter], ONE)
+    assert saving.all_finite([tf.Variable(table), scalar, counter], ONE)
     for row, value in [(0, np.nan), (5, np.inf), (9, -np.inf)]:
         bad = table.copy()
         bad[row, 1] = value
-        assert not checkpointing.all_finite([tf.Variable(bad), scalar, counter], ONE), (row, value)
-    assert not checkpointing.all_finite([tf.Variable(table), tf.Variable(np.nan)], ONE)
+        assert not saving.all_finite([tf.Variable(bad), scalar, counter], ONE), (row, value)
+    assert not saving.all_finite([tf.Variable(table), tf.Variable(np.nan)], ONE)
 
 
 # ----------------------------------------------------------------------------- stopping on an error

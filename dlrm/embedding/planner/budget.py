@@ -9,16 +9,16 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from dlrm.config import ShardingConfig
-from dlrm.embedding.planner.byte_sizes import format_bytes
-from dlrm.embedding.planner.layout import Tables, check_tables
+from dlrm.embedding.planner.layout import TableSizes, check_tables
 from dlrm.embedding.planner.plan import Plan, PlanError
 from dlrm.embedding.planner.strategies import check_strategy, place
 from dlrm.features import TableConfig
+from dlrm.sizes import format_bytes
 
 SCAN_STEPS = 512  # resolution of the minimum-budget scan: 1/512 of the range between even share and whole model
 
 
-def _checked(tables: Sequence[TableConfig], world_size: int, cfg: ShardingConfig, optimizer_slots: int) -> Tables:
+def _checked(tables: Sequence[TableConfig], world_size: int, cfg: ShardingConfig, optimizer_slots: int) -> TableSizes:
     check_strategy(cfg.strategy)
     return check_tables(tables, world_size, cfg.bytes_per_element, optimizer_slots)
 
@@ -52,7 +52,7 @@ def minimum_rank_memory(tables: Sequence[TableConfig], world_size: int, sharding
     return _minimum_budget(_checked(tables, world_size, sharding, optimizer_slots), sharding)
 
 
-def _plan_succeeds(tables: Tables, cfg: ShardingConfig, budget: int) -> bool:
+def _plan_succeeds(tables: TableSizes, cfg: ShardingConfig, budget: int) -> bool:
     try:
         place(tables, replace(cfg, rank_memory_bytes=budget))
     except PlanError:
@@ -60,7 +60,7 @@ def _plan_succeeds(tables: Tables, cfg: ShardingConfig, budget: int) -> bool:
     return True
 
 
-def _minimum_budget(tables: Tables, cfg: ShardingConfig) -> Optional[int]:
+def _minimum_budget(tables: TableSizes, cfg: ShardingConfig) -> Optional[int]:
     """`minimum_rank_memory` of checked tables.
 
     Nothing fits below the even share (the whole model / world size), and the whole model always fits
@@ -79,7 +79,7 @@ def _minimum_budget(tables: Tables, cfg: ShardingConfig) -> Optional[int]:
     return _bisect(tables, cfg, low, high)
 
 
-def _scan_for_a_fit(tables: Tables, cfg: ShardingConfig, low: int, high: int) -> tuple[int, int]:
+def _scan_for_a_fit(tables: TableSizes, cfg: ShardingConfig, low: int, high: int) -> tuple[int, int]:
     """(last failing, first succeeding) budget of an upward scan of (low, high) in SCAN_STEPS steps."""
     step = max(1, (high - low) // SCAN_STEPS)
     for candidate in range(low + step, high, step):
@@ -89,7 +89,7 @@ def _scan_for_a_fit(tables: Tables, cfg: ShardingConfig, low: int, high: int) ->
     return low, high
 
 
-def _bisect(tables: Tables, cfg: ShardingConfig, low: int, high: int) -> int:
+def _bisect(tables: TableSizes, cfg: ShardingConfig, low: int, high: int) -> int:
     """The smallest succeeding budget in (low, high], given that low fails and high succeeds."""
     while high - low > 1:
         middle = (low + high) // 2
@@ -100,7 +100,7 @@ def _bisect(tables: Tables, cfg: ShardingConfig, low: int, high: int) -> int:
     return high
 
 
-def _not_enough_memory(error: PlanError, tables: Tables, cfg: ShardingConfig, minimum: int) -> PlanError:
+def _not_enough_memory(error: PlanError, tables: TableSizes, cfg: ShardingConfig, minimum: int) -> PlanError:
     """The error a user sees: what does not fit, and the budget that works (`minimum`)."""
     budget = cfg.rank_memory_bytes
     assert budget is not None  # a minimum is found only against a budget

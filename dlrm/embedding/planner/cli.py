@@ -16,13 +16,13 @@ from dlrm.config import ARCHS, MODEL_TYPES, ModelConfig, ShardingConfig
 from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness  # pure Python
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
 from dlrm.embedding.planner.budget import plan_embeddings
-from dlrm.embedding.planner.byte_sizes import byte_size, positive_byte_size
 from dlrm.embedding.planner.describe import describe_exchange, describe_plan, describe_scaling, scaling_rows
-from dlrm.embedding.planner.exchange import exchange_bytes
+from dlrm.embedding.planner.exchange_estimate import exchange_bytes
 from dlrm.embedding.planner.strategies import STRATEGIES
+from dlrm.feature_crosses import cross_problems
 from dlrm.features import COMBINERS, FeatureContract, TableConfig, one_hot_tables
-from dlrm.model.crosses import cross_problems  # pure Python
-from dlrm.model.tables import model_tables
+from dlrm.model_tables import model_tables
+from dlrm.sizes import SIZE_UNITS, byte_size, positive_byte_size
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,12 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--combiner", choices=COMBINERS, default="sum",
                         help="pooling of tables that set none (default: sum)")
     parser.add_argument("--rank_memory", type=positive_byte_size, default=None,
-                        help="per-rank budget, e.g. 80GiB (default: none)")
+                        help=f"per-rank budget, e.g. 80GiB (default: none); {SIZE_UNITS}")
     parser.add_argument("--sharding_strategy", choices=STRATEGIES, default="memory_balanced",
                         help="(default: memory_balanced)")
     parser.add_argument("--column_slice_threshold", type=positive_byte_size, default=None,
-                        help="e.g. 4GiB (default: off)")
-    parser.add_argument("--replicate_threshold", type=byte_size, default=0, help="e.g. 1MiB (default: 0 = off)")
+                        help=f"e.g. 4GiB (default: off); {SIZE_UNITS}")
+    parser.add_argument("--replicate_threshold", type=byte_size, default=0,
+                        help=f"e.g. 1MiB (default: 0 = off); {SIZE_UNITS}")
     parser.add_argument("--bytes_per_element", type=positive_int, default=4, help="(default: 4)")
     slots = parser.add_mutually_exclusive_group()
     slots.add_argument("--optimizer", choices=OPTIMIZER_NAMES, help="count this optimizer's state slots")

@@ -6,10 +6,10 @@ from typing import List, Optional, Sequence
 
 from dlrm.config import ShardingConfig
 from dlrm.embedding.planner.budget import plan_embeddings
-from dlrm.embedding.planner.byte_sizes import format_bytes
-from dlrm.embedding.planner.exchange import ExchangeEstimate, exchange_bytes
+from dlrm.embedding.planner.exchange_estimate import ExchangeEstimate, exchange_bytes
 from dlrm.embedding.planner.plan import Plan, PlanError, TablePlacement
 from dlrm.features import TableConfig
+from dlrm.sizes import format_bytes
 
 SCALING_WORLD_SIZES = tuple(2**k for k in range(3, 11))  # 8, 16, ..., 1024 ranks
 

@@ -16,13 +16,13 @@ from typing import List, Sequence, Tuple
 
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
-from dlrm.embedding.planner.byte_sizes import format_bytes
 from dlrm.embedding.planner.plan import PlanError
 from dlrm.features import TableConfig, table_problems
+from dlrm.sizes import format_bytes
 
 
 @dataclass(frozen=True)
-class Tables:
+class TableSizes:
     """The tables to place and the cluster, checked; every size the later stages need derives from here."""
 
     configs: Tuple[TableConfig, ...]
@@ -79,15 +79,15 @@ class Tables:
 
 
 def check_tables(tables: Sequence[TableConfig], world_size: int, bytes_per_element: int,
-                 optimizer_slots: int) -> Tables:
-    """`Tables` from the caller's figures; PlanError for sizes no plan can have."""
+                 optimizer_slots: int) -> TableSizes:
+    """`TableSizes` from the caller's figures; PlanError for sizes no plan can have."""
     if world_size < 1:
         raise PlanError(f"world_size must be positive (got {world_size})")
     configs = tuple(tables)
     problems = table_problems(configs)
     if problems:
         raise PlanError("; ".join(problems))
-    return Tables(configs, world_size, bytes_per_element, optimizer_slots)
+    return TableSizes(configs, world_size, bytes_per_element, optimizer_slots)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class TableLayout:
     slices: List[TablePiece]
 
 
-def lay_out(tables: Tables, cfg: ShardingConfig) -> List[TableLayout]:
+def lay_out(tables: TableSizes, cfg: ShardingConfig) -> List[TableLayout]:
     """Every table's layout, in table order; PlanError for a table too big even when cut over all ranks."""
     layouts = []
     for t in range(tables.count):
@@ -108,7 +108,7 @@ def lay_out(tables: Tables, cfg: ShardingConfig) -> List[TableLayout]:
     return layouts
 
 
-def _kind_and_slice_count(tables: Tables, table: int, cfg: ShardingConfig) -> Tuple[str, int]:
+def _kind_and_slice_count(tables: TableSizes, table: int, cfg: ShardingConfig) -> Tuple[str, int]:
     size, budget, threshold = tables.table_bytes(table), cfg.rank_memory_bytes, cfg.column_slice_threshold_bytes
     if tables.world_size == 1:
         return "table_wise", 1
@@ -121,7 +121,7 @@ def _kind_and_slice_count(tables: Tables, table: int, cfg: ShardingConfig) -> Tu
     return "table_wise", 1
 
 
-def _row_slices_needed(tables: Tables, table: int, budget: int) -> int:
+def _row_slices_needed(tables: TableSizes, table: int, budget: int) -> int:
     """Fewest row slices that fit the budget; an error naming the table when the world is too small."""
     size, world_size = tables.table_bytes(table), tables.world_size
     needed = math.ceil(size / budget)

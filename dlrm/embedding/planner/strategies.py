@@ -18,11 +18,12 @@ import math
 from dataclasses import replace
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
+from dlrm.choices import named_choice
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
-from dlrm.embedding.planner.byte_sizes import format_bytes
-from dlrm.embedding.planner.layout import TableLayout, Tables, lay_out
+from dlrm.embedding.planner.layout import TableLayout, TableSizes, lay_out
 from dlrm.embedding.planner.plan import OwnedPiece, Plan, PlanError, RankLoad, TablePlacement
+from dlrm.sizes import format_bytes
 
 BALANCE_TOLERANCE = 0.05  # memory_balanced: the fullest rank holds at most 5% over the even share
 
@@ -30,7 +31,7 @@ BALANCE_TOLERANCE = 0.05  # memory_balanced: the fullest rank holds at most 5% o
 class Assignment:
     """A plan being built: every rank's load and every table's owned pieces so far (replicas from the start)."""
 
-    def __init__(self, tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]):
+    def __init__(self, tables: TableSizes, layouts: Sequence[TableLayout], budget: Optional[int]):
         self.tables = tables
         self.budget = budget
         self.ranks = [RankLoad(rank=r) for r in range(tables.world_size)]
@@ -91,7 +92,7 @@ class Assignment:
                     tables=self.placements, ranks=self.ranks)
 
 
-def _empty_placement(tables: Tables, layout: TableLayout) -> TablePlacement:
+def _empty_placement(tables: TableSizes, layout: TableLayout) -> TablePlacement:
     config = tables.configs[layout.table]
     return TablePlacement(table=layout.table, name=config.name, rows=config.rows, dim=config.dim, kind=layout.kind,
                           pieces=[], hotness=config.hotness, combiner=config.combiner)
@@ -101,7 +102,7 @@ def _sharded_slices(layouts: Sequence[TableLayout]) -> List[TablePiece]:
     return [piece for layout in layouts if layout.kind != "replicated" for piece in layout.slices]
 
 
-def place_basic(tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
+def place_basic(tables: TableSizes, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
     """Round robin in table order: each piece to the next rank after the previous piece's that can take it."""
     assignment = Assignment(tables, layouts, budget)
     world_size = tables.world_size
@@ -116,7 +117,7 @@ def place_basic(tables: Tables, layouts: Sequence[TableLayout], budget: Optional
     return assignment
 
 
-def place_memory_balanced(tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
+def place_memory_balanced(tables: TableSizes, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
     """Whole pieces largest first, then the row-sliced tables filled to one level; the fewest extra
     tables row-sliced (largest first) that bring every rank within BALANCE_TOLERANCE of the mean.
 
@@ -140,7 +141,7 @@ def place_memory_balanced(tables: Tables, layouts: Sequence[TableLayout], budget
     return best
 
 
-def _row_slicing_choices(tables: Tables, layouts: Sequence[TableLayout]) -> Iterator[List[TableLayout]]:
+def _row_slicing_choices(tables: TableSizes, layouts: Sequence[TableLayout]) -> Iterator[List[TableLayout]]:
     """The layouts with 0, 1, 2, ... more table-wise tables row-sliced, largest first; a table above
     the tolerated share of one rank is never left whole (no choice keeping it whole can be even)."""
     whole = sorted((layout.table for layout in layouts if layout.kind == "table_wise"
@@ -153,7 +154,7 @@ def _row_slicing_choices(tables: Tables, layouts: Sequence[TableLayout]) -> Iter
         yield [replace(layout, kind="row_sliced") if layout.table in sliced else layout for layout in layouts]
 
 
-def place_then_fill(tables: Tables, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
+def place_then_fill(tables: TableSizes, layouts: Sequence[TableLayout], budget: Optional[int]) -> Assignment:
     """Whole pieces (table-wise tables, column slices) largest first, then the row-sliced tables filled
     to one level (their layout's even cut is not used: the fill decides the ranges)."""
     assignment = Assignment(tables, layouts, budget)
@@ -242,20 +243,17 @@ def _rows_up_to_level(load: RankLoad, level: float, row_bytes: int, budget: floa
     return room_rows
 
 
-Strategy = Callable[[Tables, Sequence[TableLayout], Optional[int]], Assignment]
+Strategy = Callable[[TableSizes, Sequence[TableLayout], Optional[int]], Assignment]
 STRATEGY_FUNCTIONS: Dict[str, Strategy] = {"basic": place_basic, "memory_balanced": place_memory_balanced}
 STRATEGIES = tuple(STRATEGY_FUNCTIONS)
 
 
 def check_strategy(name: str) -> Strategy:
     """The placement function called `name`; ValueError naming the choices otherwise."""
-    try:
-        return STRATEGY_FUNCTIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown sharding strategy {name!r}; choose one of {STRATEGIES}") from None
+    return named_choice(STRATEGY_FUNCTIONS, name, "sharding strategy")
 
 
-def place(tables: Tables, cfg: ShardingConfig) -> Plan:
+def place(tables: TableSizes, cfg: ShardingConfig) -> Plan:
     """One placement attempt within `cfg`'s budget: PlanError when some piece finds no rank."""
     strategy = check_strategy(cfg.strategy)
     return strategy(tables, lay_out(tables, cfg), cfg.rank_memory_bytes).plan(cfg.strategy)

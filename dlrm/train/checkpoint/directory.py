@@ -12,7 +12,7 @@ import time
 from typing import List, Optional
 
 from dlrm.atomic import describe_os_error, fsync_dir, write_text_atomically
-from dlrm.embedding.planner import format_bytes
+from dlrm.sizes import format_bytes
 from dlrm.train.checkpoint.files import STEP_DIR, step_dir_name
 
 LATEST = "latest"

@@ -28,7 +28,7 @@ def table_records(tables: Union[FeatureContract, Sequence[TableConfig]]) -> List
 def model_shape(model_cfg: ModelConfig, contract: FeatureContract,
                 tables: Optional[Sequence[TableConfig]] = None) -> dict:
     """What a checkpoint must agree with to be restored into the model of `model_cfg` for `contract`, whose
-    embedding layer holds `tables` (default: the contract's; see `dlrm.model.tables.model_tables`)."""
+    embedding layer holds `tables` (default: the contract's; see `dlrm.model_tables.model_tables`)."""
     shape = {"arch": model_cfg.arch, "num_numerical": contract.num_numerical,
              "tables": table_records(contract.tables if tables is None else tables)}
     if model_cfg.arch == "widedeep":

@@ -10,8 +10,10 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.errors import UserError
-from dlrm.train import checkpoint
 from dlrm.train.build import Parts, optimizer_label
+from dlrm.train.checkpoint.directory import find_checkpoint
+from dlrm.train.checkpoint.files import checkpoint_bytes, step_dir_name
+from dlrm.train.checkpoint.protocol import prepare_checkpoint_dir, save_checkpoint
 from dlrm.train.metrics_log import MetricsLog
 
 
@@ -51,8 +53,8 @@ def checkpoint_dir_lock(parts: Parts) -> ContextManager:
     if not path:
         return contextlib.nullcontext()
     dense, stored, _ = parts.checkpoint_variables(with_optimizer=True)
-    expected = checkpoint.checkpoint_bytes(dense, stored, parts.group.rank)
-    return checkpoint.prepare_checkpoint_dir(path, expected, parts.group)
+    expected = checkpoint_bytes(dense, stored, parts.group.rank)
+    return prepare_checkpoint_dir(path, expected, parts.group)
 
 
 class Checkpoints:
@@ -80,8 +82,8 @@ class Checkpoints:
         """The end-of-training checkpoint (kept if this step was already written, e.g. resumed at the end)."""
         if not self.root:
             return self.last
-        final = os.path.join(self.root, checkpoint.step_dir_name(step))
-        if checkpoint.find_checkpoint(final) is None:
+        final = os.path.join(self.root, step_dir_name(step))
+        if find_checkpoint(final) is None:
             return self.save(step)
         self.last, self.last_step = final, step
         return final
@@ -118,7 +120,7 @@ class Checkpoints:
             "config": cfg.to_dict(),
         }
         assert self.root, "checkpoints are written only with --save_checkpoint_path"
-        path = checkpoint.save_checkpoint(self.root, step, dense, stored, meta, keep=cfg.train.keep_checkpoints,
+        path = save_checkpoint(self.root, step, dense, stored, meta, keep=cfg.train.keep_checkpoints,
                                           group=parts.group, table_names=parts.table_names)
         self.log.event("checkpoint", step, path=path)
         return path

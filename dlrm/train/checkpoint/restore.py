@@ -4,20 +4,22 @@ from __future__ import annotations
 from typing import Optional
 
 from dlrm.config import TrainConfig
-from dlrm.train import checkpoint
 from dlrm.train.build import Parts, optimizer_label
+from dlrm.train.checkpoint.directory import find_checkpoint
+from dlrm.train.checkpoint.files import CheckpointError
+from dlrm.train.checkpoint.protocol import restore_checkpoint
 
 
 def restore_source(train_cfg: TrainConfig) -> Optional[str]:
     """Resume our own run (save path) first, else start from --restore_checkpoint_path."""
     if train_cfg.save_checkpoint_path:
-        found = checkpoint.find_checkpoint(train_cfg.save_checkpoint_path)
+        found = find_checkpoint(train_cfg.save_checkpoint_path)
         if found:
             return found
     if train_cfg.restore_checkpoint_path:
-        found = checkpoint.find_checkpoint(train_cfg.restore_checkpoint_path)
+        found = find_checkpoint(train_cfg.restore_checkpoint_path)
         if not found:
-            raise checkpoint.CheckpointError(
+            raise CheckpointError(
                 f"no complete checkpoint at --restore_checkpoint_path {train_cfg.restore_checkpoint_path}")
         return found
     return None
@@ -33,13 +35,13 @@ def restore(parts: Parts, source: str, training: bool) -> dict:
     model_shape = parts.model_shape()
     if training:
         model_shape["optimizer"] = optimizer_label(parts.config)
-    meta = checkpoint.restore_checkpoint(source, dense, held, model_shape=model_shape, strict=training,
+    meta = restore_checkpoint(source, dense, held, model_shape=model_shape, strict=training,
                                          group=parts.group, table_names=parts.table_names)
     if training:
         step = int(meta["step"])
         iterations = int(parts.training_optimizer().iterations.numpy())
         if iterations != step:
-            raise checkpoint.CheckpointError(f"{source}: optimizer iterations {iterations} != step {step}")
+            raise CheckpointError(f"{source}: optimizer iterations {iterations} != step {step}")
         _check_same_global_batch(meta, source, parts.config.data.global_batch_size, step)
     return meta
 
@@ -55,7 +57,7 @@ def _check_same_global_batch(meta: dict, source: str, global_batch_size: int, st
     if saved is None:
         saved = meta.get("config", {}).get("data", {}).get("global_batch_size")
     if saved is not None and int(saved) != global_batch_size:
-        raise checkpoint.CheckpointError(
+        raise CheckpointError(
             f"checkpoint {source} was written with --global_batch_size {saved}, this run uses {global_batch_size}: "
             f"its step {step} and learning-rate schedule count batches of {saved} rows. Resume with "
             f"--global_batch_size {saved}, or use another --save_checkpoint_path to start a new run")

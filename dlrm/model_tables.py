@@ -1,11 +1,14 @@
 """The embedding tables a model needs for a dataset's features (pure Python, no TensorFlow).
 
+Beside the feature contract rather than in `dlrm.model`: the planner, the trainer's build and checkpoints
+ask which tables a configuration needs without importing the model.
+
 DLRM and DCNv2 use the feature contract's tables as they are. Wide & Deep keeps, for its deep part, the
 contract's tables (per-feature dims and combiners, Glorot-normal start) and, for its wide part, one
 linear weight per id: a table `<feature>_wide` per feature with the feature's rows and hotness, dim 1,
 summed bags, zero start, then one dim-1 table `<A>_x_<B>_wide` per crossed pair of features
-(`--wide_crosses`, `dlrm.model.crosses`). All of them live in one `EmbeddingCollection`, so one exchange of ids serves
-both parts, and the planner, checkpoints and logs see ordinary tables.
+(`--wide_crosses`, `dlrm.feature_crosses`). All of them live in one `EmbeddingCollection`, so one exchange of
+ids serves both parts, and the planner, checkpoints and logs see ordinary tables.
 """
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ import dataclasses
 from typing import Tuple
 
 from dlrm.config import ModelConfig
+from dlrm.feature_crosses import Cross, contract_crosses
 from dlrm.features import FeatureContract, TableConfig
-from dlrm.model.crosses import Cross, contract_crosses
 
 WIDE_SUFFIX = "_wide"
 

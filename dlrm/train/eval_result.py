@@ -10,7 +10,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from dlrm.metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
+from dlrm.exact_metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Crossed features of the Wide & Deep wide part (TF1 Wide & Deep's hashed crossed columns).
 
-Pure Python (the planner and the logs list the tables); the ids are computed by `dlrm.model.cross_ids`.
+Pure Python, beside the feature contract: the synthetic generator names its pairs, the planner and the logs
+list the tables, and the model computes the ids (`dlrm.model.cross_ids`) from this one definition.
 
 `--wide_crosses A:B` gives the wide part one more dim-1, zero-start table, `A_x_B_wide`, holding one
 weight per pair of ids of two one-hot features: a linear model then learns an effect of each (a, b)
