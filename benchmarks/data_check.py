@@ -28,9 +28,9 @@ from typing import Callable, Optional
 
 from benchmarks import machine
 from benchmarks.loader import ensure_dataset, mapping_files, raw_read_window
-from dlrm.data.binary import MappedFiles
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.validate import check_mappings
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.mapped_files import MappedFiles
+from dlrm.data.reader.validate import check_mappings
 
 REFERENCE = "raw_1_stream"
 

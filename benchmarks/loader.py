@@ -38,11 +38,12 @@ import numpy as np
 
 from benchmarks import machine
 from dlrm.config import DataConfig
-from dlrm.data.binary import BatchReader, pooled_output_sets
-from dlrm.data.criteo import preset_cardinalities
-from dlrm.data.decode import part_bounds
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.synthetic import generate_atomically, is_generated
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.batch import pooled_output_sets
+from dlrm.data.reader.decode import part_bounds
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.synthetic.criteo import preset_cardinalities
+from dlrm.data.synthetic.generator import generate_atomically, is_generated
 
 RAW_BUFFER_BYTES = 8 << 20
 READER_PREFETCH = DataConfig().prefetch_batches  # the trainer's default

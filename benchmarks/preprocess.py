@@ -91,7 +91,7 @@ def measure(cmd: list[str], env: dict, timeout: float) -> dict:
 
 def compare_outputs(spark_dir: Path, base_dir: Path) -> dict:
     """Cardinalities and row counts equal; test/validation (unshuffled) byte-identical."""
-    from dlrm.data.feature_spec import FeatureSpec
+    from dlrm.data.format.feature_spec import FeatureSpec
 
     a, b = FeatureSpec.load(str(spark_dir)), FeatureSpec.load(str(base_dir))
     same_files = all((spark_dir / split / f).read_bytes() == (base_dir / split / f).read_bytes()

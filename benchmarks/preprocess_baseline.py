@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from dlrm.data.binary import SplitBinaryWriter
-from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import SplitBinaryWriter
+from dlrm.data.synthetic.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
 from preproc_spark3.chunks import first_half_lines
 from preproc_spark3.config import RAW_FIELD_COUNT, parse_days
 from preproc_spark3.dictionary import build_feature, lookup_ids

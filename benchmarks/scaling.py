@@ -59,12 +59,12 @@ class BenchModel:
     max_rows: Optional[int] = None
 
     def hotness(self) -> list:
-        from dlrm.data.criteo import preset_hotness
+        from dlrm.data.synthetic.criteo import preset_hotness
 
         return list(preset_hotness(self.preset))
 
     def cardinalities(self) -> list:
-        from dlrm.data.criteo import preset_cardinalities
+        from dlrm.data.synthetic.criteo import preset_cardinalities
 
         return preset_cardinalities(self.preset, max_rows=self.max_rows)
 
@@ -272,7 +272,7 @@ def main() -> None:
     if args.worker:
         worker(args.worker, MODELS[args.model], args.windows, args.window_seconds, args.out)
         return
-    from dlrm.data.synthetic import generate_dataset
+    from dlrm.data.synthetic.generator import generate_dataset
 
     model = MODELS[args.model]
     dataset = tempfile.mkdtemp(prefix="scaling_data_")

@@ -25,8 +25,8 @@ import tensorflow as tf
 
 from benchmarks.machine import RESULTS, ROOT, command_line, machine_facts, run_facts, utc_now, write_json, write_table
 from dlrm import dist
-from dlrm.data.binary import BatchReader
-from dlrm.data.contract import contract_from_spec
+from dlrm.data.format.contract import contract_from_spec
+from dlrm.data.reader.reader import BatchReader
 from dlrm.export.inputs import ServingLayout
 from dlrm.export.source import load_source
 from dlrm.train.build import parts_for_spec

@@ -46,9 +46,9 @@ import tensorflow as tf
 
 from benchmarks import machine
 from dlrm.config import Config, OptimizerConfig, TrainConfig
-from dlrm.data.contract import contract_from_spec
-from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.contract import contract_from_spec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.synthetic.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_cardinalities
 from dlrm.dist import single_process
 from dlrm.embedding.local import LocalEmbedding, init_scale
 from dlrm.features import one_hot_tables

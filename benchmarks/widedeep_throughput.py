@@ -17,7 +17,7 @@ every round), medians and best windows reported, so machine noise hits every can
   sample (forward + backward).
 
 Data: a few in-memory random batches (ids uniform per table; multi-hot bags of 1..3 ids padded with -1),
-cycled, identical for every candidate. Tables are the reference's (`dlrm.data.widedeep_reference`), capped
+cycled, identical for every candidate. Tables are the reference's (`dlrm.data.synthetic.widedeep_reference`), capped
 at --max_rows rows. Writes JSON + a markdown table.
 
     .venv/bin/python -m benchmarks.widedeep_throughput          # ~10 minutes on 2 cores
@@ -43,8 +43,8 @@ from benchmarks.train_throughput import (
     throughput_parser,
 )
 from dlrm.config import Config, ModelConfig, OptimizerConfig, TrainConfig
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.widedeep_reference import DEEP_HIDDEN_UNITS, LABEL, NUMERICAL_FEATURES, reference_tables
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.synthetic.widedeep_reference import DEEP_HIDDEN_UNITS, LABEL, NUMERICAL_FEATURES, reference_tables
 from dlrm.dist import single_process
 from dlrm.features import TableConfig
 from dlrm.train.build import parts_for_spec

@@ -21,7 +21,7 @@ from dlrm.argtypes import (
     seed,
 )
 from dlrm.config import ARCHS, DEEP_OPTIMIZERS, MODEL_TYPES
-from dlrm.data.presets import SYNTHETIC_PRESET_NAMES
+from dlrm.data.synthetic.presets import SYNTHETIC_PRESET_NAMES
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES
 from dlrm.embedding.planner import STRATEGIES
 from dlrm.features import COMBINERS

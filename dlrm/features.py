@@ -1,6 +1,6 @@
 """The feature contract: what a dataset's rows hold, as every part of the trainer sees it.
 
-Built once from the feature spec (`dlrm.data.contract.contract_from_spec`) and handed to the planner,
+Built once from the feature spec (`dlrm.data.format.contract.contract_from_spec`) and handed to the planner,
 the embedding layer, the model and checkpoints; nothing else decides the data's shape. Pure Python.
 
 A batch carries the categorical ids of all tables side by side in one int32 array

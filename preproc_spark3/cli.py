@@ -8,7 +8,7 @@ import sys
 from typing import Optional, Sequence
 
 from dlrm import argtypes
-from dlrm.data.errors import DataError
+from dlrm.data.format.errors import DataError
 from dlrm.sizes import SIZE_UNITS
 from preproc_spark3.config import (
     RAPIDS_JAR_ENV,

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from dlrm.data.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
+from dlrm.data.synthetic.criteo import NUM_CATEGORICAL, NUM_NUMERICAL
 from dlrm.sizes import SizeError, parse_bytes
 
 LABEL = "label"

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dlrm.atomic import write_text_atomically
-from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
+from dlrm.data.format.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from preproc_spark3.chunks import chunk_layout, first_half_lines
 from preproc_spark3.config import (
     CATEGORICAL_COLUMNS,

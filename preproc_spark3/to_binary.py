@@ -86,7 +86,7 @@ class ChunkWriter:
     """One chunk's split-binary files (and optional parquet file), written batch by batch."""
 
     def __init__(self, chunk: int, spec, work: str, layout: ChunkLayout, parquet_dir: Optional[str]):
-        from dlrm.data.binary import SplitBinaryWriter
+        from dlrm.data.format.writer import SplitBinaryWriter
 
         self.chunk = chunk
         self.split, index = layout.split_of(chunk)
@@ -136,7 +136,7 @@ class ChunkWriter:
 class ChunkJob:
     """The second reduce job: what every chunk task needs (shipped once with the task closure)."""
 
-    spec: Any  # dlrm.data.feature_spec.FeatureSpec of the dataset
+    spec: Any  # dlrm.data.format.feature_spec.FeatureSpec of the dataset
     work: str  # per-chunk files go to <work>/c<chunk>/
     layout: ChunkLayout
     parquet_dir: Optional[str]
@@ -183,7 +183,7 @@ def _concatenate(item: tuple[str, list[str]]) -> None:
 
 def assemble_splits(spark, spec, out_dir: str, work: str, layout: ChunkLayout, rows: dict[int, int]) -> dict[str, int]:
     """Concatenate the chunk files into each split's files (files spread over the task slots); rows per split."""
-    from dlrm.data.feature_spec import FeatureSpec
+    from dlrm.data.format.feature_spec import FeatureSpec
 
     items = []
     for split in SPLITS:

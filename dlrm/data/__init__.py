@@ -1,4 +1,5 @@
-"""Data layer: feature spec, split-binary writer/reader, synthetic data with a known ground truth,
-CSV transcoding. No TensorFlow. Submodules are imported explicitly (e.g. `dlrm.data.binary`), so
-pure-Python users such as the planner (`dlrm.data.criteo`) do not pay for numba/pandas imports.
-See docs/data.md."""
+"""Data layer, no TensorFlow: `format` (what a dataset is: feature spec, contract, writer), `reader`
+(batches for the trainer, and the start-up value check), `synthetic` (generated data with a known
+ground truth) and `transcode` (CSV / parquet to split-binary). Modules are imported explicitly (e.g.
+`dlrm.data.reader.reader`), so pure-Python users such as the planner (`dlrm.data.synthetic.criteo`) do
+not pay for numba/pandas imports. See docs/data.md."""

@@ -17,8 +17,8 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.config import ExportConfig
-from dlrm.data.contract import contract_from_spec
-from dlrm.data.feature_spec import SPEC_FILE_NAME
+from dlrm.data.format.contract import contract_from_spec
+from dlrm.data.format.feature_spec import SPEC_FILE_NAME
 from dlrm.export.fits import check_fits_one_host
 from dlrm.export.inputs import ServingLayout
 from dlrm.export.onnx_model import check_onnx_size, write_onnx

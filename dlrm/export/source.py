@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dlrm.config import Config, ShardingConfig
-from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
+from dlrm.data.format.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from dlrm.export.errors import ExportError
 from dlrm.train import checkpoint
 

@@ -39,17 +39,17 @@ def run_tables(config: dict, meta: Optional[dict]) -> Tuple[TableConfig, ...]:
         return tuple(TableConfig(t["name"], int(t["rows"]), int(t["dim"]), int(t["hotness"]), t["combiner"],
                                  multi_hot=int(t["hotness"]) > 1) for t in saved_model_shape(meta, [])["tables"])
     data = config["data"]
-    from dlrm.data.presets import is_widedeep_preset
+    from dlrm.data.synthetic.presets import is_widedeep_preset
 
     if data.get("dataset_dir") or is_widedeep_preset(data.get("synthetic_preset")):
-        from dlrm.data.contract import contract_from_spec
-        from dlrm.data.feature_spec import FeatureSpec
-        from dlrm.data.synthetic_widedeep import dataset_spec, preset_tables
+        from dlrm.data.format.contract import contract_from_spec
+        from dlrm.data.format.feature_spec import FeatureSpec
+        from dlrm.data.synthetic.widedeep_generator import dataset_spec, preset_tables
 
         spec = (FeatureSpec.load(data["dataset_dir"]) if data.get("dataset_dir")
                 else dataset_spec(preset_tables(data["synthetic_preset"])))
         return contract_from_spec(spec, model["embedding_dim"], model.get("combiner", "sum")).tables
-    from dlrm.data.criteo import preset_cardinalities, preset_hotness
+    from dlrm.data.synthetic.criteo import preset_cardinalities, preset_hotness
 
     tables = one_hot_tables(preset_cardinalities(data["synthetic_preset"]), model["embedding_dim"])
     hotness = preset_hotness(data["synthetic_preset"])

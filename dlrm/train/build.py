@@ -14,9 +14,9 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.config import Config, TrainConfig
-from dlrm.data.binary import BatchReader
-from dlrm.data.contract import contract_from_spec
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.contract import contract_from_spec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import BatchReader
 from dlrm.embedding.base import EmbeddingCollection
 from dlrm.embedding.distributed import DistributedEmbedding
 from dlrm.embedding.local import LocalEmbedding

@@ -7,10 +7,10 @@ import time
 
 from dlrm import dist
 from dlrm.config import Config, DataConfig
-from dlrm.data.criteo import preset_cardinalities, preset_hotness
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.presets import is_widedeep_preset
-from dlrm.data.validate import check_mappings
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.validate import check_mappings
+from dlrm.data.synthetic.criteo import preset_cardinalities, preset_hotness
+from dlrm.data.synthetic.presets import is_widedeep_preset
 from dlrm.train.build import cores_per_rank
 from dlrm.train.metrics_log import MetricsLog
 
@@ -37,14 +37,14 @@ def _generate_synthetic(data_cfg: DataConfig, directory: str, log: MetricsLog) -
     preset, seed = data_cfg.synthetic_preset, data_cfg.synthetic_seed
     train_rows, test_rows = data_cfg.synthetic_train_rows, data_cfg.synthetic_test_rows
     if is_widedeep_preset(preset):
-        from dlrm.data.synthetic_widedeep import generate_widedeep_atomically, is_widedeep_generated
+        from dlrm.data.synthetic.widedeep_generator import generate_widedeep_atomically, is_widedeep_generated
 
         if not is_widedeep_generated(directory, preset, train_rows + test_rows, seed):
             log.message(f"generating the synthetic '{preset}' click log in {directory} ({train_rows + test_rows:,} "
                         f"rows, split by day and display into train and test)")
             generate_widedeep_atomically(directory, preset, train_rows + test_rows, seed)
         return
-    from dlrm.data.synthetic import generate_atomically, is_generated
+    from dlrm.data.synthetic.generator import generate_atomically, is_generated
 
     sizes = (preset_cardinalities(preset), train_rows, test_rows, seed, preset_hotness(preset))
     if not is_generated(directory, *sizes):

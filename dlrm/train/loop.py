@@ -16,7 +16,7 @@ from typing import Callable, Generator, Optional
 
 import numpy as np
 
-from dlrm.data.errors import MappingTooSmall
+from dlrm.data.format.errors import MappingTooSmall
 from dlrm.train import stopping
 from dlrm.train.build import Parts, make_reader
 from dlrm.train.checkpoint.restore import restore, restore_source

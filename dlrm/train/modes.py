@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.config import Config
-from dlrm.data.errors import MappingTooSmall
+from dlrm.data.format.errors import MappingTooSmall
 from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
 from dlrm.train.benchmark import train_benchmark

@@ -1,8 +1,8 @@
 """A small split-binary dataset mixing one-hot, multi-hot, numerical features and a group id."""
 import numpy as np
 
-from dlrm.data.binary import write_split_binary
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import write_split_binary
 
 ONE_HOT = [5, 300, 40000]  # int8, int16, int32 ids
 MULTI_HOT = {"topics": (40, 3), "history": (70000, 5), "single": (129, 1)}  # name -> (cardinality, max_hotness)

@@ -9,9 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader, SplitBinaryWriter
-from dlrm.data.errors import DataError, SpecError
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.errors import DataError, SpecError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import SplitBinaryWriter
+from dlrm.data.reader.reader import BatchReader
 from tests.support import ROOT
 from tests.support.datasets import CARDS, make_dataset, poke, random_rows
 from tests.support.multirank import finish, rank_env, run_ranks, run_single, start_ranks
@@ -133,9 +134,9 @@ def test_several_bad_values_name_the_earliest_row(dataset, threads, decode_kerne
     """Bad values of every kind in one batch: the error names the earliest bad row whatever the number
     of decode threads (3 threads: rows 0..39, 40..79, 80..119); in one row, the label comes first,
     then the numericals, then the ids."""
-    from dlrm.data import binary
+    from dlrm.data.reader import reader as reader_module
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 8)
+    monkeypatch.setattr(reader_module, "MIN_ROWS_PER_THREAD", 8)
     root, _, _ = dataset
     train = root / "train"
     poke(train / "label.bin", np.uint8, 90, 2)
@@ -239,7 +240,7 @@ def test_an_unusable_run_dir_is_one_message(tmp_path):
 
 
 def test_lr_baseline_on_a_missing_dataset_is_one_message(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "dlrm.data.lr_baseline", str(tmp_path / "missing")], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "dlrm.data.synthetic.lr_baseline", str(tmp_path / "missing")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stderr
     assert_one_clean_message(run.stderr, "error: invalid feature spec")

@@ -1,8 +1,9 @@
 """Batch ownership: a batch's arrays are reused only after `release()`, whatever the consumer keeps."""
 import numpy as np
 
-from dlrm.data.binary import BatchReader, write_split_binary
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import write_split_binary
+from dlrm.data.reader.reader import BatchReader
 
 
 def small_dataset(root, rows=40):

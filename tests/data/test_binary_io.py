@@ -4,14 +4,15 @@ import os
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader, SplitBinaryWriter, write_split_binary
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import SplitBinaryWriter, write_split_binary
+from dlrm.data.reader.reader import BatchReader
 from tests.support.datasets import CARDS, make_dataset, random_rows
 
 
 def test_kernel_selection():
-    from dlrm.data import decode
+    from dlrm.data.reader import decode
 
     compiled, portable = decode.NUMBA, decode.NUMPY
     assert decode.select_kernels("x86_64", {"f16c": True}) == compiled
@@ -142,7 +143,7 @@ def test_empty_mapping_reads_as_zero_batches(tmp_path):
 def test_blocked_tiled_decode_is_exact(tmp_path, tables, decode_kernels):
     """The categorical kernel works in row blocks and 8x8 tiles: cover several blocks, a row count
     that is not a multiple of 8, leftover tables beyond a multiple of 8, and fewer than 8 tables."""
-    from dlrm.data import decode
+    from dlrm.data.reader import decode
 
     n = 2 * decode.CATEGORICAL_BLOCK_ROWS + 13
     spec, data = make_dataset(tmp_path, n, cards=CARDS[:tables])
@@ -153,7 +154,7 @@ def test_blocked_tiled_decode_is_exact(tmp_path, tables, decode_kernels):
 
 def test_numpy_kernels_report_the_same_first_bad_position():
     """With several bad ids (and inf/NaN), both kernel sets name the same (table, row) / index first."""
-    from dlrm.data import decode
+    from dlrm.data.reader import decode
 
     n, cards = 2 * decode.CATEGORICAL_BLOCK_ROWS + 5, np.array([10, 10, 300, 70000])
     columns = [np.zeros(n, np.int8), np.zeros(n, np.int8), np.zeros(n, np.int16), np.zeros(n, np.int32)]

@@ -1,8 +1,8 @@
 """The feature contract read from a feature spec: table order, hotness, per-feature dims and combiners, group."""
 import yaml
 
-from dlrm.data.contract import contract_from_spec
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.contract import contract_from_spec
+from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.features import TableConfig
 from tests.data.mixed_dataset import mixed_spec
 from tests.support import ROOT

@@ -11,11 +11,12 @@ import shutil
 import numpy as np
 import pytest
 
-from dlrm.data import decode
-from dlrm.data.binary import BatchReader, MappedFiles
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.validate import check_mappings
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader import decode
+from dlrm.data.reader.mapped_files import MappedFiles
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.reader.validate import check_mappings
 from tests.support.datasets import CARDS, make_dataset, poke
 
 TRAIN_ROWS, TEST_ROWS = 2048, 1024
@@ -115,7 +116,7 @@ def test_an_empty_mapping_is_refused(two_mappings):
 # ----------------------------------------------------------------------------- real runs of main.py
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    from dlrm.data.synthetic import generate_dataset
+    from dlrm.data.synthetic.generator import generate_dataset
 
     directory = tmp_path_factory.mktemp("generated") / "data"
     generate_dataset(str(directory), CARDS, TRAIN_ROWS, TEST_ROWS, seed=5)

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from dlrm.data import decode
-from dlrm.data.decode_arrays import read_only, total_hotness
+from dlrm.data.reader import decode
+from dlrm.data.reader.decode_arrays import read_only, total_hotness
 from tests.data.mixed_dataset import random_bags
 
 ID_DTYPES = {np.int8: 128, np.int16: 32768, np.int32: 1 << 20}  # dtype -> largest cardinality it holds
@@ -208,7 +208,7 @@ def test_importing_the_data_package_changes_no_global_state():
     """Importing the reader neither reconfigures numba nor picks kernels: that happens on first use."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = ("import numba\nbefore = numba.config.THREADING_LAYER\n"
-            "import dlrm.data.binary, dlrm.data.validate\nfrom dlrm.data import decode\n"
+            "import dlrm.data.reader.reader, dlrm.data.reader.validate\nfrom dlrm.data.reader import decode\n"
             "print(before, numba.config.THREADING_LAYER, decode.host_kernels.cache_info().currsize)")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import yaml
 
-from dlrm.data.criteo import preset_cardinalities
-from dlrm.data.errors import SpecError
-from dlrm.data.feature_spec import FeatureSpec, categorical_dtype
+from dlrm.data.format.errors import SpecError
+from dlrm.data.format.feature_spec import FeatureSpec, categorical_dtype
+from dlrm.data.synthetic.criteo import preset_cardinalities
 from tests.support.datasets import make_dataset
 
 

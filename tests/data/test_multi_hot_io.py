@@ -5,10 +5,11 @@ import os
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader, SplitBinaryWriter, write_split_binary
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.validate import check_mappings
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import SplitBinaryWriter, write_split_binary
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.reader.validate import check_mappings
 from tests.data.mixed_dataset import TOTAL_HOTNESS, mixed_rows, mixed_spec, write_mixed
 from tests.support.datasets import make_dataset, poke
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader, rank_slice
+from dlrm.data.reader.reader import BatchReader, rank_slice
 from tests.support import ROOT
 from tests.support.datasets import make_dataset
 
@@ -116,9 +116,9 @@ def test_argument_checks(dataset):
 
 def test_rows_split_over_decode_threads(dataset, monkeypatch):
     """Inline, threads=k splits each batch's rows between k threads; the result equals a one-thread decode."""
-    from dlrm.data import binary
+    from dlrm.data.reader import reader as reader_module
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 4)  # split even these small batches
+    monkeypatch.setattr(reader_module, "MIN_ROWS_PER_THREAD", 4)  # split even these small batches
     spec, _ = dataset
     inline = list(BatchReader(spec, "train", 50, prefetch=0))
     split = list(BatchReader(spec, "train", 50, prefetch=0, threads=3))
@@ -161,10 +161,10 @@ def test_held_batches_are_never_overwritten(dataset, threads):
 
 def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, monkeypatch):
     """With a batch's rows on several decode threads, the error names the earliest bad row."""
-    from dlrm.data import binary
-    from dlrm.data.errors import DataError
+    from dlrm.data.format.errors import DataError
+    from dlrm.data.reader import reader as reader_module
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 40)  # 120 rows, 3 threads: 40 rows each
+    monkeypatch.setattr(reader_module, "MIN_ROWS_PER_THREAD", 40)  # 120 rows, 3 threads: 40 rows each
     spec, _ = make_dataset(tmp_path, 120)
     path = tmp_path / "train" / "cat_7.bin"  # cardinality 2
     ids = np.fromfile(path, dtype=spec.dtype("cat_7"))
@@ -176,7 +176,7 @@ def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, 
 
 
 class _OutOfOrder:
-    """A `produce` for `_prefetched` whose later items finish first: item i waits (briefly) until
+    """A `produce` for `prefetched` whose later items finish first: item i waits (briefly) until
     item i + 1 is done, so of the items in flight the last taken finishes first."""
 
     def __init__(self, count: int, fail_at: int = -1):
@@ -198,21 +198,21 @@ class _OutOfOrder:
 
 
 def test_prefetched_yields_in_order_what_workers_finish_out_of_order():
-    from dlrm.data.binary import _prefetched
+    from dlrm.data.reader.prefetch import prefetched
 
     produce = _OutOfOrder(12)
-    assert list(_prefetched(produce, range(12), prefetch=2, workers=3)) == list(range(12))
+    assert list(prefetched(produce, range(12), prefetch=2, workers=3)) == list(range(12))
     assert produce.finished != sorted(produce.finished)  # the workers really finished out of order
 
 
 def test_prefetched_raises_at_the_failed_item_and_takes_nothing_past_the_bound():
-    from dlrm.data.binary import _prefetched, batches_ahead
+    from dlrm.data.reader.prefetch import batches_ahead, prefetched
 
     before = threading.active_count()
     produce = _OutOfOrder(40, fail_at=5)
     got = []
     with pytest.raises(ValueError, match="item 5"):
-        for item in _prefetched(produce, range(40), prefetch=2, workers=3):
+        for item in prefetched(produce, range(40), prefetch=2, workers=3):
             got.append(item)
     assert got == [0, 1, 2, 3, 4]
     # at most 5 handed over + the bound were ever taken, and the failure stopped the workers
@@ -221,11 +221,11 @@ def test_prefetched_raises_at_the_failed_item_and_takes_nothing_past_the_bound()
 
 
 def test_prefetch_fills_exactly_its_bound_and_closing_stops_the_waiting_workers():
-    from dlrm.data.binary import _prefetched, batches_ahead
+    from dlrm.data.reader.prefetch import batches_ahead, prefetched
 
     before = threading.active_count()
     started = []
-    iterator = _prefetched(lambda i: started.append(i) or i, range(100), prefetch=1, workers=3)
+    iterator = prefetched(lambda i: started.append(i) or i, range(100), prefetch=1, workers=3)
     assert next(iterator) == 0
     time.sleep(0.3)  # the workers fill the bound, then wait for the consumer
     assert sorted(started) == list(range(1 + batches_ahead(1, 3)))  # 1 handed over + 4 ahead
@@ -237,7 +237,7 @@ def test_prefetch_fills_exactly_its_bound_and_closing_stops_the_waiting_workers(
 def test_prefetch_workers_yield_every_batch_before_a_bad_one_then_raise(tmp_path):
     """Three workers decode batches out of order; a bad id in batch 6 (of 10) still comes after
     batches 0..5, in order, and the workers stop."""
-    from dlrm.data.errors import DataError
+    from dlrm.data.format.errors import DataError
 
     spec, _ = make_dataset(tmp_path, 100)
     path = tmp_path / "train" / "cat_7.bin"
@@ -259,9 +259,9 @@ def test_two_readers_decoding_on_several_threads_at_once(tmp_path, monkeypatch, 
     """Two readers (say training and evaluation) decoding at the same time, each on two threads
     (inline: each batch split over numba's threads; prefetching: two workers each): both read
     exactly what a one-thread reader reads."""
-    from dlrm.data import binary
+    from dlrm.data.reader import reader as reader_module
 
-    monkeypatch.setattr(binary, "MIN_ROWS_PER_THREAD", 8)
+    monkeypatch.setattr(reader_module, "MIN_ROWS_PER_THREAD", 8)
     spec, data = make_dataset(tmp_path, 3000)
     _, numerical, categorical = data["train"]
     results, errors = {}, []
@@ -289,7 +289,7 @@ def test_two_readers_decoding_on_several_threads_at_once(tmp_path, monkeypatch, 
 def test_decode_threads_refuse_numbas_unsafe_threading_layer():
     """numba's workqueue layer aborts the process when two threads launch kernels at once, so several
     decode threads refuse it with a clear error; the default picks a thread-safe layer."""
-    code = ("from dlrm.data import decode\ndecode.check_threading_layer()\n"
+    code = ("from dlrm.data.reader import decode\ndecode.check_threading_layer()\n"
             "import numba\nprint(numba.threading_layer())")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}
     for layer in ("workqueue", None):

@@ -6,11 +6,13 @@ import sys
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader
-from dlrm.data.criteo import preset_cardinalities
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.lr_baseline import logistic_regression_auc
-from dlrm.data.synthetic import GROUND_TRUTH_FILE, ClickModel, generate_dataset, zipf_ids
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.synthetic.click_model import ClickModel
+from dlrm.data.synthetic.criteo import preset_cardinalities
+from dlrm.data.synthetic.generator import GROUND_TRUTH_FILE, generate_dataset
+from dlrm.data.synthetic.lr_baseline import logistic_regression_auc
+from dlrm.data.synthetic.sampling import zipf_ids
 from dlrm.exact_metrics import exact_auc
 from tests.support import ROOT
 from tests.support.datasets import files_of

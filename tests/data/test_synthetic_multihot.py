@@ -7,20 +7,27 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader
-from dlrm.data.criteo import MLPERF_HOTNESS, PRESET_NAMES, T0, TINY, cap_rows, preset_cardinalities, preset_hotness
-from dlrm.data.feature_spec import LABEL_CHANNEL, NUMERICAL_CHANNEL, FeatureSpec
-from dlrm.data.lr_baseline import logistic_regression_auc
-from dlrm.data.synthetic import (
+from dlrm.data.format.feature_spec import LABEL_CHANNEL, NUMERICAL_CHANNEL, FeatureSpec
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.synthetic.click_model import ClickModel, bag_weights, build_click_model
+from dlrm.data.synthetic.criteo import (
+    MLPERF_HOTNESS,
+    PRESET_NAMES,
+    T0,
+    TINY,
+    cap_rows,
+    preset_cardinalities,
+    preset_hotness,
+)
+from dlrm.data.synthetic.generator import (
     GROUND_TRUTH_FILE,
-    ClickModel,
     Tables,
     generate_atomically,
     generate_dataset,
     is_generated,
 )
-from dlrm.data.synthetic_model import bag_weights, build_click_model
-from dlrm.data.synthetic_sampling import GeneratorParams, bag_ids, sample_features
+from dlrm.data.synthetic.lr_baseline import logistic_regression_auc
+from dlrm.data.synthetic.sampling import GeneratorParams, bag_ids, sample_features
 from dlrm.exact_metrics import exact_auc, log_loss_from_logits
 from tests.support import ROOT
 from tests.support.datasets import files_of

@@ -8,13 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from dlrm.data.binary import BatchReader
-from dlrm.data.contract import contract_from_spec
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.presets import WIDEDEEP_PRESETS
-from dlrm.data.synthetic_widedeep import GROUND_TRUTH_FILE, generate_widedeep, is_widedeep_generated
-from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES, WideDeepTruth
-from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
+from dlrm.data.format.contract import contract_from_spec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.synthetic.presets import WIDEDEEP_PRESETS
+from dlrm.data.synthetic.widedeep_generator import GROUND_TRUTH_FILE, generate_widedeep, is_widedeep_generated
+from dlrm.data.synthetic.widedeep_model import PAIR_FEATURES, WideDeepTruth
+from dlrm.data.synthetic.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
 from dlrm.exact_metrics import exact_auc, log_loss_from_logits, map_at_k
 from tests.support import ROOT
 from tests.support.datasets import files_of

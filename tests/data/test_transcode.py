@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import yaml
 
-from dlrm.data.binary import BatchReader
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.transcode import transcode
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.transcode.convert import transcode
 from tests.support import ROOT
 
 CARDS = [3, 200, 40000]

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 import yaml
 
-from dlrm.data.binary import BatchReader
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.transcode import transcode
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.transcode.convert import transcode
 
 COLUMNS = ["label", "display_id", "num_0", "topics", "cat_0", "history"]
 # line text per row: label, group id, numerical, topics (max 3 ids of 40), one-hot (of 7), history (max 2 of 1000)

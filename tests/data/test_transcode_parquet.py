@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from dlrm.data.binary import BatchReader
-from dlrm.data.errors import DataError, SpecError
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.synthetic_widedeep import generate_widedeep
-from dlrm.data.transcode import transcode
+from dlrm.data.format.errors import DataError, SpecError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import BatchReader
+from dlrm.data.synthetic.widedeep_generator import generate_widedeep
+from dlrm.data.transcode.convert import transcode
 from tests.support import ROOT
 from tests.support.datasets import files_of
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from dlrm.config import ShardingConfig
-from dlrm.data.criteo import preset_cardinalities
+from dlrm.data.synthetic.criteo import preset_cardinalities
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import Plan, PlanError, minimum_rank_memory, plan_embeddings
 from dlrm.embedding.planner.layout import check_tables, lay_out

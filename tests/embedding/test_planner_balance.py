@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlrm.config import ShardingConfig
-from dlrm.data.criteo import T0, preset_cardinalities
+from dlrm.data.synthetic.criteo import T0, preset_cardinalities
 from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.features import TableConfig, one_hot_tables
 from dlrm.sizes import GiB

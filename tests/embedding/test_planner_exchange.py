@@ -180,7 +180,7 @@ def test_cli_refuses_per_table_lists_of_the_wrong_length(flags, message):
 
 
 def test_cli_plans_the_mlperf_preset_with_its_multi_hot_hotness(capsys):
-    from dlrm.data.criteo import MLPERF_HOTNESS
+    from dlrm.data.synthetic.criteo import MLPERF_HOTNESS
 
     out = _json_out(capsys, "--preset", "mlperf", "--world_size", "8", "--global_batch_size", "65536")
     hotness = {table["name"]: table["hotness"] for table in out["plan"]["tables"]}

@@ -74,7 +74,7 @@ def test_a_stopped_rank_is_named_and_the_job_ends_within_the_deadline():
 
 def _training_job(work: str, world: int, env: dict | None = None):
     """A long `main.py` run on the MPI backend checkpointing every 2 steps; returns (launcher, flags, root)."""
-    from dlrm.data.synthetic import generate_dataset
+    from dlrm.data.synthetic.generator import generate_dataset
 
     dataset = os.path.join(work, "data")
     if not os.path.exists(dataset):

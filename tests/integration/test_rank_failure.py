@@ -27,7 +27,7 @@ FAILURE_BOUND_SECONDS = 45.0
 @pytest.mark.multirank
 @pytest.mark.slow
 def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable():
-    from dlrm.data.synthetic import generate_dataset
+    from dlrm.data.synthetic.generator import generate_dataset
     from dlrm.train import checkpoint
 
     work = scratch_dir("rank_failure_")
@@ -83,7 +83,7 @@ def test_a_bad_row_on_one_rank_stops_both_ranks_at_one_step_with_a_checkpoint(ma
     """Rank 1 cannot read its slice of the training batch of step 6 (rows 8..15 of each batch of 16), or of
     the evaluation after step 5 (rows 32..63 of the batch of 64): at that step boundary both ranks write
     the checkpoint of step 5; rank 1 reports the row, rank 0 stops as PeerRankFailed (no second message)."""
-    from dlrm.data.synthetic import generate_dataset
+    from dlrm.data.synthetic.generator import generate_dataset
     from dlrm.train import checkpoint
     from tests.support.datasets import poke
     from tests.support.multirank import run_ranks

@@ -114,7 +114,7 @@ TWO_RANK_STEPS = 200
 def test_sigusr1_to_one_of_two_ranks_stops_both_at_one_step_and_the_same_command_resumes():
     """Slurm signals every task; here only rank 1 gets SIGUSR1, so the other rank learns it only through
     the per-step agreement (sent to both, the agreement is the same)."""
-    from dlrm.data.synthetic import generate_dataset
+    from dlrm.data.synthetic.generator import generate_dataset
     from tests.support.hybrid import CARDINALITIES
     from tests.support.multirank import finish, run_ranks, scratch_dir, start_ranks
     from tests.support.processes import rank_pids

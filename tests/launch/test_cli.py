@@ -11,7 +11,7 @@ from dlrm.cli import build_parser, parse_config
 from dlrm.cli_flags import FLAG_GROUPS
 from dlrm.cli_presets import DEMO_PRESET, WIDEDEEP_DEMO_CROSSES, WIDEDEEP_DEMO_PRESET, WIDEDEEP_PRESET
 from dlrm.config import Config, PartialConfig
-from dlrm.data.synthetic_widedeep_model import PAIR_FEATURES
+from dlrm.data.synthetic.widedeep_model import PAIR_FEATURES
 from dlrm.errors import UsageError
 from tests.support import ROOT
 
@@ -242,7 +242,9 @@ def test_bad_flags_are_rejected_with_a_clear_message(argv, message):
 
 # The parsers of every entry point; each value below is wrong for every typed flag.
 def _all_parsers():
-    from dlrm.data import lr_baseline, synthetic, transcode
+    from dlrm.data.synthetic import cli as synthetic
+    from dlrm.data.synthetic import lr_baseline
+    from dlrm.data.transcode import cli as transcode
     from dlrm.embedding.planner import cli as planner
     from dlrm.launch import cli as launch
 
@@ -311,7 +313,8 @@ def _cli(args, timeout=60):
     (["-m", "dlrm.data.transcode", "--input", "x.yaml", "--output", "o", "--chunk_rows", "0"],
      "argument --chunk_rows: expected a positive integer"),
     (["-m", "dlrm.launch", "--collect", "d", "--timeout_min", "-3"], "argument --timeout_min: expected a positive"),
-    (["-m", "dlrm.data.lr_baseline", "data", "--epochs", "-1"], "argument --epochs: expected a positive integer"),
+    (["-m", "dlrm.data.synthetic.lr_baseline", "data", "--epochs", "-1"],
+     "argument --epochs: expected a positive integer"),
     (["-m", "preproc_spark3", "raw", "out", "--log_offset", "nan"], "argument --log_offset: expected a positive"),
     (["-m", "preproc_spark3", "raw", "out", "--eval_day", "-1"], "argument --eval_day: expected an integer >= 0"),
     # sizes: one grammar (dlrm.sizes) and one message naming the flag in every CLI
@@ -360,10 +363,6 @@ def test_an_error_every_rank_raises_is_printed_once_by_rank_0():
     assert not [text for _, text in lines if "Traceback" in text]
 
 
-# The data CLIs move into dlrm/data/{synthetic,transcode}/ packages; their entry points are listed ahead.
-_PENDING_SCRIPTS = {"dlrm.data.synthetic.cli", "dlrm.data.transcode.cli"}
-
-
 def test_every_script_is_a_cli_modules_main_and_runs_as_python_m():
     import importlib
     import inspect
@@ -374,11 +373,7 @@ def test_every_script_is_a_cli_modules_main_and_runs_as_python_m():
     for name, target in scripts.items():
         module, _, function = target.partition(":")
         assert module.split(".")[-1] == "cli" and function == "main", name
-        try:
-            main = getattr(importlib.import_module(module), function)
-        except ModuleNotFoundError:
-            assert module in _PENDING_SCRIPTS, name
-            continue
+        main = getattr(importlib.import_module(module), function)
         assert list(inspect.signature(main).parameters) == ["argv"], name
         assert inspect.signature(main).parameters["argv"].default is None, name
         package = module.rsplit(".", 1)[0]

@@ -1,5 +1,5 @@
 """The sweep table's model size comes from the run's own tables: per-table dims and multi-hot hotness."""
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.launch.collect import placement_memory, run_tables
 
 

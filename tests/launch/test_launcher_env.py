@@ -145,7 +145,7 @@ def test_auto_chooses_the_backend_from_the_launcher(env, has_horovod, has_mpi4py
 
 
 def test_an_unsafe_numba_threading_layer_gets_one_message():
-    code = ("from dlrm.cli_errors import run_main; from dlrm.data.decode_numba import use_threads; "
+    code = ("from dlrm.cli_errors import run_main; from dlrm.data.reader.decode_numba import use_threads; "
             "import sys; sys.exit(run_main(lambda argv: use_threads(2), []))")
     env = dict(os.environ, NUMBA_THREADING_LAYER="workqueue")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,

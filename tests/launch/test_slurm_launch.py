@@ -183,8 +183,8 @@ def test_cluster_stop_ends_daemons_and_running_jobs_and_removes_its_directory(tm
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
-    from dlrm.data.criteo import preset_cardinalities
-    from dlrm.data.synthetic import generate_dataset
+    from dlrm.data.synthetic.criteo import preset_cardinalities
+    from dlrm.data.synthetic.generator import generate_dataset
 
     path = tmp_path_factory.mktemp("dataset") / "tiny"
     generate_dataset(str(path), preset_cardinalities("tiny"), TRAIN_ROWS, TEST_ROWS, seed=7)
@@ -326,7 +326,7 @@ WIDEDEEP_FLAGS = [
 @pytest.fixture(scope="module")
 def widedeep_job(slurm_cluster, tmp_path_factory):
     """The template with --arch widedeep on a small synthetic click log (displays, multi-hot features)."""
-    from dlrm.data.synthetic_widedeep import generate_widedeep
+    from dlrm.data.synthetic.widedeep_generator import generate_widedeep
 
     dataset = tmp_path_factory.mktemp("wd_dataset") / "widedeep"
     generate_widedeep(str(dataset), "widedeep_tiny", rows=WIDEDEEP_ROWS, seed=3)

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from dlrm.config import ModelConfig
-from dlrm.data import widedeep_reference as ref
+from dlrm.data.synthetic import widedeep_reference as ref
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import FeatureContract, TableConfig
 from dlrm.model.build import build_model

@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dlrm.data.binary import BatchReader
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import BatchReader
 from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.cli import parse_config
 from preproc_spark3.config import (

@@ -3,8 +3,8 @@ import os
 
 import numpy as np
 
-from dlrm.data.binary import write_split_binary
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import write_split_binary
 
 # 26 tables covering every stored id width: int8 (<= 128), int16 (<= 32768), int32.
 CARDS = [3, 128, 129, 40000, 5, 1000, 70000, 2, 32768, 32769, 11, 60, 4, 300, 17, 100,

@@ -9,8 +9,8 @@ import csv
 
 import numpy as np
 
-from dlrm.data.binary import write_split_binary
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import write_split_binary
 
 CARDS = [7, 50, 300]
 NUM_NUMERICAL = 2

@@ -11,13 +11,13 @@ included), it checks: initial values of every held piece, forward vectors (eager
 tf.function), gradients through the process group's averaging tape of the global-mean loss (sparse
 `IndexedSlices` on the shards, one row per real id: none for padding), a batch in which one rank has no
 rows at all, and the weights after SGD and Adagrad steps. Each rank takes its rows of a batch by the
-reader's rule (`dlrm.data.binary.rank_slice`).
+reader's rule (`dlrm.data.reader.reader.rank_slice`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dlrm.data.binary import rank_slice
+from dlrm.data.reader.reader import rank_slice
 from dlrm.features import PADDING_ID, TableConfig
 from tests.support.hybrid import hand_plan
 

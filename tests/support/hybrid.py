@@ -79,7 +79,8 @@ def continued_flags(dataset: str, run_dir: str, save: str) -> list:
 
 
 def make_dataset() -> str:
-    from dlrm.data.synthetic import GeneratorParams, generate_dataset
+    from dlrm.data.synthetic.generator import generate_dataset
+    from dlrm.data.synthetic.sampling import GeneratorParams
 
     directory = scratch_dir("hybrid_data_")
     hotness = [HOTNESS.get(f"cat_{i}", 1) for i in range(len(CARDINALITIES))]

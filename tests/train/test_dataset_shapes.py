@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from dlrm.data.synthetic import generate_dataset
+from dlrm.data.synthetic.generator import generate_dataset
 from dlrm.train import checkpoint
 from dlrm.train.metrics_log import read_metrics
 from tests.support import ROOT

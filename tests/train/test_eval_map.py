@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 
 from dlrm.atomic import replaced_atomically
-from dlrm.data.binary import BatchReader
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.writer import write_split_binary
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import write_split_binary
+from dlrm.data.reader.reader import BatchReader
 from dlrm.exact_metrics import map_at_k
 from dlrm.train.eval_result import BayesOptimal, EvalMetrics, final_text, progress_text, score
 from dlrm.train.evaluation import Predictions, dataset_order, predict_batches

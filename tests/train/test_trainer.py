@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 
 from dlrm.cli import parse_config
-from dlrm.data.binary import BatchReader
-from dlrm.data.errors import DataError
+from dlrm.data.format.errors import DataError
+from dlrm.data.reader.reader import BatchReader
 from dlrm.dist import single_process
 from dlrm.train import checkpoint
 from dlrm.train.build import build_parts, configure_tensorflow, make_reader

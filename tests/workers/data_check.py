@@ -8,9 +8,9 @@ from typing import Optional
 
 from dlrm import dist
 from dlrm.cli_errors import user_error_text
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.validate import check_mappings
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.validate import check_mappings
 from dlrm.errors import UserError
 from dlrm.train.build import cores_per_rank
 from tests.support.multirank import write_rank_result

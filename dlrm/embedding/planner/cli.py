@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from dlrm.argtypes import ArgumentParser, add_debug_flag, count, feature_pairs, positive_int, sizes_list
 from dlrm.config import ARCHS, MODEL_TYPES, ModelConfig, ShardingConfig
-from dlrm.data.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness  # pure Python
+from dlrm.data.synthetic.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness  # pure Python
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
 from dlrm.embedding.planner.budget import plan_embeddings
 from dlrm.embedding.planner.describe import describe_exchange, describe_plan, describe_scaling, scaling_rows
@@ -77,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 def tables_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[TableConfig, ...]:
     """The tables of the preset, the sizes or the feature spec, with --embedding_dims and --hotness applied."""
     if args.feature_spec:
-        from dlrm.data.contract import contract_from_spec
-        from dlrm.data.feature_spec import FeatureSpec
+        from dlrm.data.format.contract import contract_from_spec
+        from dlrm.data.format.feature_spec import FeatureSpec
 
         spec = FeatureSpec.load(args.feature_spec).validate(check_files=False)
         tables = contract_from_spec(spec, args.embedding_dim, args.combiner).tables

@@ -14,7 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-from dlrm.data.decode_arrays import BatchArrays
+from dlrm.data.reader.decode_arrays import BatchArrays
+from dlrm.data.reader.prefetch import batches_ahead
 
 # (label, numerical, categorical, group or None): one batch's output arrays
 OutputSet = tuple[np.ndarray, np.ndarray, np.ndarray, Optional[np.ndarray]]
@@ -39,12 +40,6 @@ class Batch:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.give_back(self)
-
-
-def batches_ahead(prefetch: int, workers: int) -> int:
-    """Batches a prefetch may have taken and not yet handed to the consumer: `prefetch` finished
-    ones waiting, plus one per worker in progress (when the consumer is slow, all may be finished)."""
-    return prefetch + workers if prefetch else 0
 
 
 def pooled_output_sets(prefetch: int, threads: int) -> int:

@@ -1,7 +1,7 @@
 """The feature contract of a dataset, read from its feature spec (see `dlrm.features`)."""
 from __future__ import annotations
 
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.features import FeatureContract, TableConfig
 
 

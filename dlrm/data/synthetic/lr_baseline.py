@@ -5,7 +5,7 @@ weight; a multi-hot row adds the weights of its bag's ids), plus standardised nu
 with Adagrad on minibatches. On the synthetic data it learns the first-order part of the hidden
 click model, so its AUC sits clearly above 0.5 and below the recorded Bayes AUC. With a `map`
 channel (displays) it reports MAP@12 too: the wide-only proxy of the Wide & Deep dataset.
-CLI: `python -m dlrm.data.lr_baseline DATASET_DIR`.
+CLI: `python -m dlrm.data.synthetic.lr_baseline DATASET_DIR`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dlrm import argtypes
-from dlrm.data.binary import Batch, BatchReader
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader.reader import Batch, BatchReader
 from dlrm.exact_metrics import exact_auc, map_at_k
 
 
@@ -78,7 +78,8 @@ def logistic_regression_auc(spec: FeatureSpec, max_ids: int = 64, epochs: int = 
 
 
 def build_parser() -> argtypes.ArgumentParser:
-    parser = argtypes.ArgumentParser(prog="python -m dlrm.data.lr_baseline", description=__doc__.split("\n")[0])
+    parser = argtypes.ArgumentParser(prog="python -m dlrm.data.synthetic.lr_baseline",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("dataset", help="split-binary dataset directory (with feature_spec.yaml)")
     parser.add_argument("--epochs", type=argtypes.positive_int, default=3)
     parser.add_argument("--max_ids", type=argtypes.positive_int, default=64)

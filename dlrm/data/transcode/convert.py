@@ -1,7 +1,7 @@
 """Headerless CSV or parquet described by a feature spec -> split-binary dataset ("bring your own data").
 
 Parquet in NVIDIA's Wide & Deep layout (`parquet` chunks, one column per feature, list columns for
-multi-hot features, `map` feature allowed in test only) is read by `dlrm.data.transcode_parquet`; the
+multi-hot features, `map` feature allowed in test only) is read by `dlrm.data.transcode.parquet_input`; the
 rest of this docstring is about CSV. Both go through the same writer and error re-statement.
 
 The input spec lists, per mapping, one `csv` chunk holding every feature in column order; its files
@@ -13,31 +13,25 @@ bracketed list of such ids, `[3,17,5]` (`[]`: an empty bag; at most `max_hotness
 out-of-range id, a list longer than max_hotness, label not 0/1, NaN/inf, too many or too few fields)
 stops the run with an error naming the CSV file, its line and the feature, and so does an empty CSV
 file; nothing is published (the writer renames files only on success).
-
-CLI: `python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR [--delimiter ,] [--chunk_rows N]`
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
 import os
-import sys
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
-from dlrm.argtypes import ArgumentParser, add_debug_flag, one_character, positive_int
-from dlrm.data.binary import SplitBinaryWriter
-from dlrm.data.errors import DataError, SpecError
-from dlrm.data.feature_spec import SPEC_FILE_NAME, FeatureSpec
-from dlrm.data.spec_rules import CSV
-from dlrm.data.transcode_parquet import ParquetColumns, is_parquet_spec, row_batches, spec_problems
+from dlrm.data.format.errors import DataError, SpecError
+from dlrm.data.format.feature_spec import SPEC_FILE_NAME, FeatureSpec
+from dlrm.data.format.spec_rules import CSV
+from dlrm.data.format.writer import SplitBinaryWriter
+from dlrm.data.transcode.parquet_input import ParquetColumns, is_parquet_spec, row_batches, spec_problems
 from dlrm.features import PADDING_ID
 
 DEFAULT_CHUNK_ROWS = 1 << 18
-
 
 
 def output_spec(input_spec: FeatureSpec) -> FeatureSpec:
@@ -278,33 +272,3 @@ def transcode(input_spec_path: str, out_dir: str, chunk_rows: int = DEFAULT_CHUN
     out_spec.metadata["transcoded_from"] = os.path.abspath(input_spec_path)
     out_spec.save(out_dir)
     return out_spec.validate()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m dlrm.data.transcode", description=__doc__.split("\n")[0])
-    parser.add_argument("--input", required=True,
-                        help="feature spec (yaml) of the CSV or parquet (NVIDIA Wide & Deep layout) dataset")
-    parser.add_argument("--output", required=True, help="output directory of the split-binary dataset")
-    parser.add_argument("--delimiter", type=one_character, default=",",
-                        help="CSV field separator, one character (use $'\\t' for TSV; default: ,)")
-    parser.add_argument("--chunk_rows", type=positive_int, default=DEFAULT_CHUNK_ROWS,
-                        help=f"rows read at a time (default: {DEFAULT_CHUNK_ROWS})")
-    add_debug_flag(parser)
-    return parser
-
-
-def transcode_from_flags(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    spec = transcode(args.input, args.output, args.chunk_rows, args.delimiter)
-    print(f"wrote {spec.metadata['num_rows']} rows to {os.path.abspath(args.output)}")
-    return 0
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    from dlrm.cli_errors import run_main
-
-    return run_main(transcode_from_flags, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Compiled (numba) kernels for the multi-hot id files: decode into the batch, and check without decoding.
 
-A multi-hot file holds `hotness` ids per row, real ids first, then -1 padding (`dlrm.data.bags`
+A multi-hot file holds `hotness` ids per row, real ids first, then -1 padding (`dlrm.data.format.bags`
 states the rules in numpy: the reference these loops match). Each function takes one stored dtype's
 files (`RowSources.bags8` ...) and their (table, first batch column, hotness) rows, and keeps the
 earliest bad (row, table) seen so far, so a caller chains the three dtypes.

@@ -1,16 +1,16 @@
 """Plain numpy versions of the decode and check kernels: the reference for the compiled ones.
 
 Each function takes the same arguments and returns the same result as its namesake in
-`dlrm.data.decode_numba` (the scratch arguments are unused here), and writes the same bits. They
+`dlrm.data.reader.decode_numba` (the scratch arguments are unused here), and writes the same bits. They
 define what a kernel does; the reader uses them where the compiled decode cannot run (see
-`dlrm.data.decode.select_kernels`).
+`dlrm.data.reader.decode.select_kernels`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dlrm.data.bags import bad_bag_rows, bad_onehot_rows
-from dlrm.data.decode_arrays import (
+from dlrm.data.format.bags import bad_bag_rows, bad_onehot_rows
+from dlrm.data.reader.decode_arrays import (
     CATEGORICAL,
     LABEL,
     NO_ERROR,

@@ -14,10 +14,10 @@ from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from dlrm.data.bags import bad_bag_rows, bad_onehot_rows, bag_problem, onehot_problem
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import BinaryChunk, FeatureSpec
-from dlrm.data.spec_rules import LABEL_CHANNEL, MAP_CHANNEL, NUMERICAL_CHANNEL
+from dlrm.data.format.bags import bad_bag_rows, bad_onehot_rows, bag_problem, onehot_problem
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import BinaryChunk, FeatureSpec
+from dlrm.data.format.spec_rules import LABEL_CHANNEL, MAP_CHANNEL, NUMERICAL_CHANNEL
 
 
 class MappingChunks(NamedTuple):

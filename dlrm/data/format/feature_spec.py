@@ -22,8 +22,8 @@ import numpy as np
 import yaml
 
 from dlrm.atomic import write_text_atomically
-from dlrm.data.errors import SpecError
-from dlrm.data.spec_rules import (
+from dlrm.data.format.errors import SpecError
+from dlrm.data.format.spec_rules import (
     CATEGORICAL_CHANNEL,
     CHANNELS,
     CHUNK_TYPES,

@@ -7,7 +7,7 @@
   reader's bottleneck).
 
 Both need an x86-64 CPU with F16C (without it, LLVM turns the half conversion into a runtime-library
-call the JIT may not resolve): `dlrm.data.decode.select_kernels` uses them only there.
+call the JIT may not resolve): `dlrm.data.reader.decode.select_kernels` uses them only there.
 """
 from __future__ import annotations
 

@@ -18,10 +18,11 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from dlrm.data import decode
-from dlrm.data.binary import MappedFiles, rank_slice
-from dlrm.data.errors import DataError, MappingTooSmall
-from dlrm.data.feature_spec import FeatureSpec
+from dlrm.data.format.errors import DataError, MappingTooSmall
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader import decode
+from dlrm.data.reader.mapped_files import MappedFiles
+from dlrm.data.reader.reader import rank_slice
 from dlrm.errors import PeerRankFailed
 
 # Gathers one small JSON-like object per rank and returns them in rank order, on every rank.

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Optional, Sequence
 import numpy as np
 
 from dlrm.atomic import replaced_atomically
-from dlrm.data.synthetic_sampling import BAG_POOLINGS, GeneratorParams, numerical_log_means, sample_features
+from dlrm.data.synthetic.sampling import BAG_POOLINGS, GeneratorParams, numerical_log_means, sample_features
 
 GENERATOR_VERSION = 1
 CALIBRATION_ROWS = 1 << 17

@@ -1,11 +1,11 @@
 """Outbrain-shaped synthetic click log for Wide & Deep, with a known optimum (Bayes MAP@12, AUC).
 
 The reference's 16 categorical features (13 one-hot, 3 multi-hot of hotness 3), 13 numerical ones,
-the label `clicked` and the group id `display_id` (`dlrm.data.widedeep_reference`). Each display
+the label `clicked` and the group id `display_id` (`dlrm.data.synthetic.widedeep_reference`). Each display
 (2..12 ads) has one request (document, platform, geo; the document's source, publisher and topic /
 entity / category lists) and its ads (ad_id, and the ad's campaign, advertiser, promoted document,
 source and publisher, fixed per ad); exactly one ad is clicked, drawn from the softmax of the hidden
-score of `dlrm.data.synthetic_widedeep_model` over the display's ads.
+score of `dlrm.data.synthetic.widedeep_model` over the display's ads.
 
 Split (the reference's rule): each display gets a day 1..12; displays of days 1..10 go to `train`
 with probability 0.8, else to `test`; days 11 and 12 all go to `test`. Display ids increase with the
@@ -24,12 +24,12 @@ from typing import Optional
 
 import numpy as np
 
-from dlrm.data.binary import SplitBinaryWriter
-from dlrm.data.criteo import cap_rows
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.presets import WIDEDEEP_PRESETS
-from dlrm.data.synthetic_sampling import GeneratorParams, bag_ids, zipf_ids
-from dlrm.data.synthetic_widedeep_model import (
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import SplitBinaryWriter
+from dlrm.data.synthetic.criteo import cap_rows
+from dlrm.data.synthetic.presets import WIDEDEEP_PRESETS
+from dlrm.data.synthetic.sampling import GeneratorParams, bag_ids, zipf_ids
+from dlrm.data.synthetic.widedeep_model import (
     AD_FEATURES,
     COMPONENTS,
     MEMORISATION_FEATURES,
@@ -38,7 +38,7 @@ from dlrm.data.synthetic_widedeep_model import (
     WideDeepTruth,
     scale_to,
 )
-from dlrm.data.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
+from dlrm.data.synthetic.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
 from dlrm.exact_metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
 from dlrm.feature_crosses import cross_name
 
@@ -316,7 +316,7 @@ def generate_widedeep(out_dir: str, preset: str = "widedeep_tiny", rows: Optiona
         **figures,
         "positive_rate": {TRAIN_MAPPING: float(train.size / max(train_rows.size, 1)),
                           TEST_MAPPING: float(test.size / max(test_rows.size, 1))},
-        "generator": {"name": "dlrm.data.synthetic_widedeep", "version": GENERATOR_VERSION, "preset": preset,
+        "generator": {"name": "dlrm.data.synthetic.widedeep_generator", "version": GENERATOR_VERSION, "preset": preset,
                       "rows": rows, "max_rows": max_rows, "seed": int(seed), "block_displays": BLOCK_DISPLAYS,
                       "params": asdict(params), "ground_truth": GROUND_TRUTH_FILE,
                       "seconds": round(time.time() - started, 3)},
@@ -327,12 +327,12 @@ def generate_widedeep(out_dir: str, preset: str = "widedeep_tiny", rows: Optiona
 
 def is_widedeep_generated(directory: str, preset: str, rows: int, seed: int) -> bool:
     """True if `directory` holds exactly this log from this generator version (safe to reuse)."""
-    from dlrm.data.errors import SpecError
+    from dlrm.data.format.errors import SpecError
 
     try:
         spec = FeatureSpec.load(directory).validate()
         generator = spec.metadata.get("generator", {})
-        wanted = {"name": "dlrm.data.synthetic_widedeep", "version": GENERATOR_VERSION, "preset": preset,
+        wanted = {"name": "dlrm.data.synthetic.widedeep_generator", "version": GENERATOR_VERSION, "preset": preset,
                   "rows": rows, "max_rows": None, "seed": seed}
         return all(generator.get(key) == value for key, value in wanted.items())
     except (SpecError, OSError, KeyError, ValueError, TypeError, AttributeError):

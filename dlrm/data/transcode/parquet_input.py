@@ -1,4 +1,4 @@
-"""Parquet in NVIDIA's Wide & Deep "BYO dataset" layout -> split-binary rows (read by `dlrm.data.transcode`).
+"""Parquet in NVIDIA's Wide & Deep "BYO dataset" layout -> split-binary rows (read by `dlrm.data.transcode.convert`).
 
 The input spec follows NVIDIA's rules: mappings `train` and `test`, each one `parquet` chunk listing
 its features and files; one column per feature, a list column per multi-hot feature; channels
@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import FeatureSpec
-from dlrm.data.spec_rules import (
+from dlrm.data.format.errors import DataError
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.spec_rules import (
     CATEGORICAL_CHANNELS,
     MAP_CHANNEL,
     NUMERICAL_CHANNEL,

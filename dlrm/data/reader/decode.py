@@ -2,7 +2,7 @@
 
 A kernel turns raw split-binary records (`RowSources`: the file mappings) into the trainer's batch
 arrays (`BatchArrays`), or checks them without decoding, and returns the position of the first bad
-value instead of raising (see `dlrm.data.decode_arrays`). Each kernel exists twice with the same
+value instead of raising (see `dlrm.data.reader.decode_arrays`). Each kernel exists twice with the same
 arguments and results: plain numpy (`decode_numpy`, the reference: what the kernel does) and
 compiled (`decode_numba`, the fast one, parallel over rows where it helps); tests check that the two
 agree bit for bit.
@@ -19,8 +19,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from dlrm.data import decode_numba, decode_numpy
-from dlrm.data.decode_arrays import (
+from dlrm.data.reader import decode_numba, decode_numpy
+from dlrm.data.reader.decode_arrays import (
     CATEGORICAL,
     CATEGORICAL_BLOCK_ROWS,
     CHECK_BLOCK_ROWS,
@@ -35,8 +35,8 @@ from dlrm.data.decode_arrays import (
     new_scratch,
     row_sources,
 )
-from dlrm.data.decode_numba import part_bounds
-from dlrm.data.numba_threads import check_threading_layer
+from dlrm.data.reader.decode_numba import part_bounds
+from dlrm.data.reader.numba_threads import check_threading_layer
 
 __all__ = ["CATEGORICAL", "CATEGORICAL_BLOCK_ROWS", "CHECK_BLOCK_ROWS", "LABEL", "NO_ERROR", "NUMERICAL",
            "SCRATCH_PAD", "BatchArrays", "RowSources", "earliest", "empty_mapping", "new_scratch", "row_sources",
@@ -74,7 +74,7 @@ NUMBA = _kernel_set(decode_numba)
 
 
 def select_kernels(machine: str, cpu_features) -> Kernels:
-    """The compiled set on x86-64 with F16C (its two vector steps need it: `dlrm.data.simd`), else numpy."""
+    """The compiled set on x86-64 with F16C (its two vector steps need it: `dlrm.data.reader.simd`), else numpy."""
     # NUMBA_CPU_NAME (e.g. "generic" for portable caches) compiles for another CPU than this one's F16C.
     if machine in ("x86_64", "AMD64") and cpu_features.get("f16c", False) and not os.environ.get("NUMBA_CPU_NAME"):
         return NUMBA

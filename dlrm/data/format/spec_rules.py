@@ -1,6 +1,6 @@
 """The feature spec's channel names and the rules a single feature entry must follow.
 
-Kept apart from `dlrm.data.feature_spec` (which checks how features, channels and files fit together)
+Kept apart from `dlrm.data.format.feature_spec` (which checks how features, channels and files fit together)
 so both the spec and the writer can name the same rule in the same words.
 """
 from __future__ import annotations

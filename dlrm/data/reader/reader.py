@@ -1,41 +1,28 @@
 """Split-binary datasets, reading side: a prefetching, rank-slicing batch reader.
 
-The file layout is described in `dlrm.data.writer`. The reader maps the files read-only, decodes
-each batch with the kernels of `dlrm.data.decode` into output arrays whose ownership `dlrm.data.batch`
-describes, and checks every value it decodes.
+The file layout is described in `dlrm.data.format.writer`. The reader maps the files read-only
+(`dlrm.data.reader.mapped_files`), decodes each batch with the kernels of `dlrm.data.reader.decode`
+into output arrays whose ownership `dlrm.data.reader.batch` describes, and checks every value it
+decodes.
 """
 from __future__ import annotations
 
 import functools
-import mmap
 import threading
-from typing import Callable, Iterator, TypeVar, Union
+from typing import Iterator
 
 import numpy as np
 
-from dlrm.data import decode
-from dlrm.data.bags import bag_problem, onehot_problem
-from dlrm.data.batch import Batch, BatchBuffers, batches_ahead, kernel_view, pooled_output_sets
-from dlrm.data.errors import DataError
-from dlrm.data.feature_spec import BinaryChunk, FeatureSpec
-from dlrm.data.writer import SplitBinaryWriter, split_by_channel, write_split_binary
-
-__all__ = ["Batch", "BatchReader", "MappedFiles", "SplitBinaryWriter", "batches_ahead", "pooled_output_sets",
-           "rank_slice", "split_by_channel", "write_split_binary"]
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.reader import decode
+from dlrm.data.reader.batch import Batch, BatchBuffers, kernel_view, pooled_output_sets
+from dlrm.data.reader.mapped_files import MappedFiles
+from dlrm.data.reader.prefetch import prefetched
 
 PARTIAL_BATCH_RULES = ("keep", "drop")
 # Decoding inline on k threads splits a batch into k row ranges, none smaller than this:
 # below it, starting the threads costs more than they save.
 MIN_ROWS_PER_THREAD = 8192
-
-
-def _map_file(chunk: BinaryChunk, rows: int) -> np.ndarray:
-    """Read-only memory map of a whole file as a flat array (zero-length files give an empty array)."""
-    if rows == 0:
-        return decode.empty_mapping(chunk.dtype)
-    with open(chunk.path, "rb") as f:
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return np.frombuffer(mapped, dtype=chunk.dtype)
 
 
 def rank_slice(batch_rows: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -44,57 +31,6 @@ def rank_slice(batch_rows: int, rank: int, world_size: int) -> tuple[int, int]:
     base, extra = divmod(batch_rows, world_size)
     begin = rank * base + min(rank, extra)
     return begin, begin + base + (1 if rank < extra else 0)
-
-
-class MappedFiles:
-    """A split-binary mapping's files, memory-mapped read-only and grouped for the compiled kernels.
-
-    Shared by the batch reader (decode) and the start-up value check (no decode), so both name a bad
-    value the same way.
-    """
-
-    def __init__(self, spec: FeatureSpec, mapping: str):
-        self.mapping = mapping
-        self.chunks = spec.binary_chunks(mapping)
-        self.num_rows = spec.num_rows(mapping)
-        self.label_chunk, self.numerical_chunk, self.categorical_chunks, self.group_chunk = \
-            split_by_channel(self.chunks)
-        self.num_numerical = len(self.numerical_chunk.features) if self.numerical_chunk else 0
-        self.num_categorical = len(self.categorical_chunks)
-        self.num_onehot = sum(not chunk.multi_hot for chunk in self.categorical_chunks)
-        self.total_hotness = sum(chunk.hotness for chunk in self.categorical_chunks)
-        numerical = None if self.numerical_chunk is None else _map_file(self.numerical_chunk, self.num_rows)
-        self.columns = [_map_file(c, self.num_rows) for c in self.categorical_chunks]
-        self.group = None if self.group_chunk is None else _map_file(self.group_chunk, self.num_rows)
-        tables = self.categorical_chunks
-        self.sources = decode.row_sources(_map_file(self.label_chunk, self.num_rows), numerical, self.num_numerical,
-                                          self.columns, spec.cardinalities, [c.hotness for c in tables],
-                                          [c.multi_hot for c in tables])
-
-    def check_rows(self, begin: int, end: int, threads: int = 1,
-                   block_rows: int = decode.CHECK_BLOCK_ROWS) -> tuple[int, tuple[int, int, int]]:
-        """(positive labels, (kind, column, row) of the earliest bad value or decode.NO_ERROR) of rows
-        [begin, end), checked without decoding (see `decode.check_rows`)."""
-        return decode.check_rows(self.sources, begin, end, threads, block_rows)
-
-    def raise_for(self, found: tuple[int, int, int]) -> None:
-        """Raise the DataError of a (kind, column, row) a check or decode reported, if any."""
-        if found[0] >= 0:
-            raise self.bad_value(*found)
-
-    def bad_value(self, kind: int, column: int, row: int) -> DataError:
-        """The error naming file, feature and row of a value the decode or the check rejected."""
-        if kind == decode.LABEL:
-            chunk, why = self.label_chunk, f"label byte {int(self.sources.label[row])} is not 0 or 1"
-        elif kind == decode.NUMERICAL and self.numerical_chunk is not None:
-            chunk, at = self.numerical_chunk, row * self.num_numerical + column
-            bits = self.sources.half if self.sources.half.size else self.sources.single
-            why = f"numerical value {bits[at:at + 1].view(chunk.dtype)[0]} is NaN or inf"
-        else:
-            chunk, card = self.categorical_chunks[column], int(self.sources.cards[column])
-            values = self.columns[column][row * chunk.hotness:(row + 1) * chunk.hotness]
-            why = bag_problem(values, card) if chunk.multi_hot else onehot_problem(values[0], card)
-        return DataError(why, chunk.path, chunk.features[column if kind == decode.NUMERICAL else 0], row)
 
 
 class BatchReader:
@@ -118,9 +54,9 @@ class BatchReader:
       checked (label 0/1, numericals finite, ids in [0, cardinality), -1 only as the trailing padding
       of a multi-hot row) inside the conversion loop,
       so the checks are always on; errors name the file, the feature and the row. `check_all()`
-      checks a whole mapping without decoding (the trainer's start-up check: `dlrm.data.validate`).
+      checks a whole mapping without decoding (the trainer's start-up check: `dlrm.data.reader.validate`).
     - Each batch owns its arrays until the consumer calls `batch.release()`; the reader then decodes
-      later batches into them (`dlrm.data.batch`). Unreleased batches are never overwritten.
+      later batches into them (`dlrm.data.reader.batch`). Unreleased batches are never overwritten.
     """
 
     def __init__(self, spec: FeatureSpec, mapping: str, global_batch_size: int, rank: int = 0,
@@ -209,7 +145,7 @@ class BatchReader:
         if self.prefetch == 0:
             return (self.read_batch(i) for i in range(first_batch, self.num_batches))
         whole_batch = functools.partial(self._decode, threads=1)  # each worker decodes whole batches
-        return _prefetched(whole_batch, range(first_batch, self.num_batches), self.prefetch, self.threads)
+        return prefetched(whole_batch, range(first_batch, self.num_batches), self.prefetch, self.threads)
 
     def check_all(self) -> int:
         """Check every value of the mapping (all ranks' rows, partial batch included) on `threads`
@@ -217,73 +153,3 @@ class BatchReader:
         number of rows checked."""
         self.files.raise_for(self.files.check_rows(0, self.num_rows, self.threads)[1])
         return self.num_rows
-
-
-Item = TypeVar("Item")
-
-
-class _Failure:
-    def __init__(self, error: BaseException):
-        self.error = error
-
-
-def _prefetched(produce: Callable[[int], Item], indices: range, prefetch: int, workers: int) -> Iterator[Item]:
-    """Run `produce(i)` for `indices` on `workers` background threads, yield results in order.
-
-    Each worker produces whole batches, so workers never wait for each other (a worker the OS preempts
-    delays only its own batch). At most `batches_ahead(prefetch, workers)` batches are taken and not
-    yet handed over. An error stays in its batch's place: the batches before it are yielded, then it
-    is raised. Stops the workers when the consumer stops early (generator close / garbage collection).
-    """
-    ahead = batches_ahead(prefetch, workers)
-    ready: dict[int, Union[Item, _Failure]] = {}  # position in `indices` -> batch or _Failure
-    state = threading.Condition()
-    taken = handed = 0  # positions taken by workers / handed to the consumer
-    stop = False
-
-    def work() -> None:
-        nonlocal taken, stop
-        while True:
-            with state:
-                while not stop and taken < len(indices) and taken - handed >= ahead:
-                    state.wait()
-                if stop or taken >= len(indices):
-                    return
-                position = taken
-                taken += 1
-            try:
-                item: Union[Item, _Failure] = produce(indices[position])
-            except BaseException as error:  # handed to the consumer, raised there
-                item = _Failure(error)
-            with state:
-                ready[position] = item
-                stop = stop or isinstance(item, _Failure)  # nothing after a failure is yielded
-                state.notify_all()
-
-    def consume() -> Iterator[Item]:
-        nonlocal handed, stop
-        # the threads start on the first next(), so an iterator that is never used leaks nothing
-        worker_threads = [threading.Thread(target=work, daemon=True, name=f"batch-prefetch-{k}")
-                          for k in range(workers)]
-        try:
-            for thread in worker_threads:
-                thread.start()
-            for position in range(len(indices)):
-                with state:
-                    while position not in ready:
-                        state.wait()
-                    item = ready.pop(position)
-                    handed = position + 1
-                    state.notify_all()
-                if isinstance(item, _Failure):
-                    raise item.error
-                yield item
-        finally:
-            with state:
-                stop = True
-                state.notify_all()
-            for thread in worker_threads:
-                if thread.is_alive() and thread is not threading.current_thread():  # GC may close us there
-                    thread.join(timeout=10)
-
-    return consume()

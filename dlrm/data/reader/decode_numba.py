@@ -1,9 +1,9 @@
-"""Compiled (numba) decode and check kernels: the fast implementations of `dlrm.data.decode.Kernels`.
+"""Compiled (numba) decode and check kernels: the fast implementations of `dlrm.data.reader.decode.Kernels`.
 
 Why compiled: numpy's float16 -> float32 cast and its strided column scatter with a cast cost
 several times the raw read of the same bytes. These loops read straight
 from the file mappings, convert and check in one pass and release the GIL, so the prefetch threads
-overlap the training step. `dlrm.data.decode_numpy` holds the plain numpy version of each kernel:
+overlap the training step. `dlrm.data.reader.decode_numpy` holds the plain numpy version of each kernel:
 same arguments, same results.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from dlrm.data.decode_arrays import CATEGORICAL, LABEL, NUMERICAL, SCRATCH_PAD, RowSources, earliest
-from dlrm.data.decode_bags import check_bag_group, decode_bag_group
-from dlrm.data.numba_threads import use_threads
-from dlrm.data.simd import half_to_float_16, transpose_8x8
+from dlrm.data.reader.decode_arrays import CATEGORICAL, LABEL, NUMERICAL, SCRATCH_PAD, RowSources, earliest
+from dlrm.data.reader.decode_bags import check_bag_group, decode_bag_group
+from dlrm.data.reader.numba_threads import use_threads
+from dlrm.data.reader.simd import half_to_float_16, transpose_8x8
 
 HALF_SPECIAL = np.uint16(0x7C00)  # exponent bits all set: inf or NaN
 SINGLE_SPECIAL = np.uint32(0x7F800000)

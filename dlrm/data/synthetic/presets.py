@@ -1,7 +1,7 @@
 """Every synthetic dataset preset by name (pure Python, no numpy: the trainer's flags list them).
 
-The Criteo-shaped presets (`dlrm.data.criteo`) are sized by train and test rows; the Wide & Deep
-(Outbrain-shaped) ones (`dlrm.data.synthetic_widedeep`) by the rows of the whole click log, which
+The Criteo-shaped presets (`dlrm.data.synthetic.criteo`) are sized by train and test rows; the Wide & Deep
+(Outbrain-shaped) ones (`dlrm.data.synthetic.widedeep_generator`) by the rows of the whole click log, which
 the reference's day split divides into train and test.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from dlrm.data.criteo import PRESET_NAMES
+from dlrm.data.synthetic.criteo import PRESET_NAMES
 
 
 @dataclass(frozen=True)
