@@ -6,8 +6,10 @@ arrays (`dlrm.data.reader.batch.pooled_output_sets`).
 """
 from __future__ import annotations
 
+import collections
 import threading
-from typing import Callable, Iterator, TypeVar, Union
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterator, TypeVar
 
 Item = TypeVar("Item")
 
@@ -18,68 +20,46 @@ def batches_ahead(prefetch: int, workers: int) -> int:
     return prefetch + workers if prefetch else 0
 
 
-class _Failure:
-    def __init__(self, error: BaseException):
-        self.error = error
-
-
 def prefetched(produce: Callable[[int], Item], indices: range, prefetch: int, workers: int) -> Iterator[Item]:
     """Run `produce(i)` for `indices` on `workers` background threads, yield results in order.
 
-    Each worker produces whole batches, so workers never wait for each other (a worker the OS preempts
-    delays only its own batch). At most `batches_ahead(prefetch, workers)` batches are taken and not
-    yet handed over. An error stays in its batch's place: the batches before it are yielded, then it
-    is raised. Stops the workers when the consumer stops early (generator close / garbage collection).
+    At most `batches_ahead(prefetch, workers)` items are submitted and not yet handed over. An error
+    stays in its item's place: the items before it are yielded, then it is raised. The threads start
+    on the first next(), and stop when the iteration ends, fails or is closed early (generator close
+    or garbage collection).
     """
     ahead = batches_ahead(prefetch, workers)
-    ready: dict[int, Union[Item, _Failure]] = {}  # position in `indices` -> batch or _Failure
-    state = threading.Condition()
-    taken = handed = 0  # positions taken by workers / handed to the consumer
-    stop = False
+    pool_threads: set[int] = set()  # a generator collected on one of them must not wait for itself
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="batch-prefetch",
+                              initializer=lambda: pool_threads.add(threading.get_ident()))
+    pending: collections.deque[Future] = collections.deque()
+    upcoming = iter(indices)
 
-    def work() -> None:
-        nonlocal taken, stop
-        while True:
-            with state:
-                while not stop and taken < len(indices) and taken - handed >= ahead:
-                    state.wait()
-                if stop or taken >= len(indices):
-                    return
-                position = taken
-                taken += 1
-            try:
-                item: Union[Item, _Failure] = produce(indices[position])
-            except BaseException as error:  # handed to the consumer, raised there
-                item = _Failure(error)
-            with state:
-                ready[position] = item
-                stop = stop or isinstance(item, _Failure)  # nothing after a failure is yielded
-                state.notify_all()
+    def submit_next() -> None:
+        index = next(upcoming, None)
+        if index is not None:
+            pending.append(pool.submit(produce, index))
 
-    def consume() -> Iterator[Item]:
-        nonlocal handed, stop
-        # the threads start on the first next(), so an iterator that is never used leaks nothing
-        worker_threads = [threading.Thread(target=work, daemon=True, name=f"batch-prefetch-{k}")
-                          for k in range(workers)]
-        try:
-            for thread in worker_threads:
-                thread.start()
-            for position in range(len(indices)):
-                with state:
-                    while position not in ready:
-                        state.wait()
-                    item = ready.pop(position)
-                    handed = position + 1
-                    state.notify_all()
-                if isinstance(item, _Failure):
-                    raise item.error
-                yield item
-        finally:
-            with state:
-                stop = True
-                state.notify_all()
-            for thread in worker_threads:
-                if thread.is_alive() and thread is not threading.current_thread():  # GC may close us there
-                    thread.join(timeout=10)
+    try:
+        _start_every_thread(pool, workers)
+        for _ in range(ahead):
+            submit_next()
+        while pending:
+            item = pending.popleft().result()  # an error in produce() is raised here, at its item
+            submit_next()
+            yield item
+    finally:
+        pool.shutdown(wait=threading.get_ident() not in pool_threads, cancel_futures=True)
 
-    return consume()
+
+def _start_every_thread(pool: ThreadPoolExecutor, workers: int) -> None:
+    """Start all `workers` threads of the pool now: an executor adds a thread only when none is idle, so
+    quick first items would leave it narrower than asked. Each thread waits for the others before it
+    takes an item; the caller does not wait."""
+    everyone = threading.Barrier(workers)
+    try:
+        for _ in range(workers):
+            pool.submit(everyone.wait)
+    except BaseException:
+        everyone.abort()  # release the threads that did start: the others never will
+        raise
