@@ -1,4 +1,4 @@
-"""A value picked by name from a fixed set of choices (optimizers, placement strategies), with one error for
+"""A value picked by name from a fixed set of choices (optimizers, placement strategies, presets), with one error for
 a name that is not among them. Leaf module (standard library only)."""
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from dlrm.choices import named_choice
+
 NUM_NUMERICAL = 13
 NUM_CATEGORICAL = 26
 
@@ -54,10 +56,7 @@ PRESET_NAMES = tuple(_PRESETS)
 
 
 def _preset(name: str) -> Preset:
-    try:
-        return _PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown cardinality preset {name!r}; choose one of {PRESET_NAMES}") from None
+    return named_choice(_PRESETS, name, "cardinality preset")
 
 
 def preset_cardinalities(name: str, reserve_zero: bool = True, max_rows: Optional[int] = None) -> list[int]:

@@ -24,6 +24,7 @@ from typing import Optional
 
 import numpy as np
 
+from dlrm.choices import named_choice
 from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.data.format.writer import SplitBinaryWriter
 from dlrm.data.synthetic.criteo import cap_rows
@@ -78,9 +79,8 @@ class WideDeepParams:
 
 def preset_tables(preset: str, max_rows: Optional[int] = None) -> dict[str, int]:
     """Feature name -> cardinality of a widedeep preset, in batch order (capped at `max_rows` too)."""
-    if preset not in WIDEDEEP_PRESETS:
-        raise ValueError(f"unknown widedeep preset {preset!r}; choose one of {tuple(WIDEDEEP_PRESETS)}")
-    cards = cap_rows([f.cardinality for f in FEATURES], WIDEDEEP_PRESETS[preset].max_rows, max_rows)
+    cap = named_choice(WIDEDEEP_PRESETS, preset, "widedeep preset").max_rows
+    cards = cap_rows([f.cardinality for f in FEATURES], cap, max_rows)
     return {f.name: c for f, c in zip(FEATURES, cards)}
 
 
