@@ -12,6 +12,7 @@ from dlrm import dist
 from dlrm.dist.launcher import installed
 from dlrm.errors import EnvironmentProblem
 from tests.support.multirank import skip_without_horovod
+from tests.support.processes import own_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,7 +130,7 @@ def test_the_mpi_backend_under_horovodrun_gloo_gets_one_message():
     done = run_main_with_env(["--max_steps", "1", "--backend", "mpi"], HOROVOD_RANK="0", HOROVOD_SIZE="2",
                              HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="2")
     assert done.returncode == 1, done.stderr
-    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+    assert own_lines(done.stderr) == [
         "error: --backend mpi under horovodrun --gloo: there is no MPI world; launch with `mpirun -np 2 python "
         "main.py --backend mpi` (or `srun --mpi=pmix`), or use --backend horovod"], done.stderr
 
@@ -142,8 +143,8 @@ def test_the_mpi_backend_without_mpi4py_gets_one_message(tmp_path):
     (tmp_path / "mpi4py" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
     done = run_main_with_env(["--max_steps", "1", "--backend", "mpi"], PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip() == ("error: --backend mpi: mpi4py does not load (hidden by the test); install an MPI "
-                                   "library (Debian: openmpi-bin) or use --backend horovod")
+    assert own_lines(done.stderr) == ["error: --backend mpi: mpi4py does not load (hidden by the test); install an "
+                                      "MPI library (Debian: openmpi-bin) or use --backend horovod"]
 
 
 @pytest.mark.parametrize("env, has_horovod, has_mpi4py, chosen", [
