@@ -52,6 +52,7 @@ from dlrm.data.synthetic.criteo import NUM_CATEGORICAL, NUM_NUMERICAL, preset_ca
 from dlrm.dist import single_process
 from dlrm.embedding.local import LocalEmbedding, init_scale
 from dlrm.features import one_hot_tables
+from dlrm.keras2 import keras
 from dlrm.model.build import build_model
 from dlrm.model.interaction import reference_dot_interaction
 from dlrm.train.build import Parts, configure_tensorflow
@@ -113,31 +114,31 @@ def ours(config: Config, embeddings, batches, amp: bool, xla: bool) -> Candidate
     return Candidate(name, "ours", run, extra={"amp": amp, "xla": xla})
 
 
-def keras_baseline_model(config: Config, table_sizes, policy: str) -> tf.keras.Model:
+def keras_baseline_model(config: Config, table_sizes, policy: str) -> keras.Model:
     """The same DLRM as a plain functional Keras model (Embedding + Dense layers)."""
     m = config.model
-    numerical = tf.keras.Input([NUM_NUMERICAL], dtype=tf.float32, name="numerical")
-    categorical = tf.keras.Input([NUM_CATEGORICAL], dtype=tf.int32, name="categorical")
+    numerical = keras.Input([NUM_NUMERICAL], dtype=tf.float32, name="numerical")
+    categorical = keras.Input([NUM_CATEGORICAL], dtype=tf.int32, name="categorical")
     vectors = [
-        tf.keras.layers.Embedding(
+        keras.layers.Embedding(
             n, m.embedding_dim, dtype="float32", name=f"embedding_{t}",
-            embeddings_initializer=tf.keras.initializers.RandomUniform(-init_scale(n), init_scale(n), seed=t),
+            embeddings_initializer=keras.initializers.RandomUniform(-init_scale(n), init_scale(n), seed=t),
         )(categorical[:, t])
         for t, n in enumerate(table_sizes)
     ]
-    embedded = tf.keras.layers.Lambda(lambda v: tf.stack(v, axis=1), dtype=policy)(vectors)
+    embedded = keras.layers.Lambda(lambda v: tf.stack(v, axis=1), dtype=policy)(vectors)
     x = numerical
     for units in m.bottom_mlp:
-        x = tf.keras.layers.Dense(units, activation="relu", dtype=policy)(x)
-    x = tf.keras.layers.Lambda(lambda a: reference_dot_interaction(a[0], a[1]), dtype=policy)([x, embedded])
+        x = keras.layers.Dense(units, activation="relu", dtype=policy)(x)
+    x = keras.layers.Lambda(lambda a: reference_dot_interaction(a[0], a[1]), dtype=policy)([x, embedded])
     for i, units in enumerate(m.top_mlp):
         last = i == len(m.top_mlp) - 1
-        x = tf.keras.layers.Dense(units, activation=None if last else "relu",
+        x = keras.layers.Dense(units, activation=None if last else "relu",
                                   dtype="float32" if last else policy)(x)
-    return tf.keras.Model([numerical, categorical], x)
+    return keras.Model([numerical, categorical], x)
 
 
-def fit_run(model: tf.keras.Model, batches, inputs: Callable = lambda numerical, categorical: (numerical, categorical)
+def fit_run(model: keras.Model, batches, inputs: Callable = lambda numerical, categorical: (numerical, categorical)
             ) -> Callable[[int], int]:
     """`run(steps)` of a Keras baseline: `model.fit` over the in-memory (numerical, categorical, label)
     `batches`, cycled; `inputs` arranges a batch's features as the model takes them. Returns samples trained."""
@@ -153,10 +154,10 @@ def fit_run(model: tf.keras.Model, batches, inputs: Callable = lambda numerical,
     return run
 
 
-def keras(config: Config, table_sizes, batches, jit_compile: bool, policy: str, model=None) -> Candidate:
+def keras_fit_candidate(config: Config, table_sizes, batches, jit_compile: bool, policy: str, model=None) -> Candidate:
     model = model or keras_baseline_model(config, table_sizes, policy)
-    model.compile(optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=config.optimizer.learning_rate),
-                  loss=tf.keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=jit_compile)
+    model.compile(optimizer=keras.optimizers.legacy.SGD(learning_rate=config.optimizer.learning_rate),
+                  loss=keras.losses.BinaryCrossentropy(from_logits=True), jit_compile=jit_compile)
     run = fit_run(model, batches)
     name = "keras_fit" + ("_bf16" if policy != "float32" else "_fp32") + ("_jit" if jit_compile else "")
     candidate = Candidate(name, "keras", run, extra={"jit_compile": jit_compile, "policy": policy})
@@ -342,14 +343,14 @@ def build_candidates(config: Config, args: argparse.Namespace) -> List[Candidate
     embeddings = LocalEmbedding(one_hot_tables(args.table_sizes, config.model.embedding_dim), seed=0)  # shared
     candidates = [ours(config, embeddings, batches, amp, xla)
                   for amp, xla in ((False, False), (False, True), (True, False), (True, True))]
-    keras_fp32 = keras(config, args.table_sizes, batches, jit_compile=False, policy="float32")
+    keras_fp32 = keras_fit_candidate(config, args.table_sizes, batches, jit_compile=False, policy="float32")
     # A second Model object over the same layers (shared weights, no second copy of the tables),
     # compiled with XLA: each compile keeps its own train function.
     shared = keras_fp32.extra["model"]
-    keras_fp32_jit = keras(config, args.table_sizes, batches, jit_compile=True, policy="float32",
-                           model=tf.keras.Model(shared.inputs, shared.outputs))
+    keras_fp32_jit = keras_fit_candidate(config, args.table_sizes, batches, jit_compile=True, policy="float32",
+                                         model=keras.Model(shared.inputs, shared.outputs))
     candidates += [keras_fp32, keras_fp32_jit,
-                   keras(config, args.table_sizes, batches, jit_compile=False, policy="mixed_bfloat16"),
+                   keras_fit_candidate(config, args.table_sizes, batches, jit_compile=False, policy="mixed_bfloat16"),
                    gemm(args.batch_size, tf.float32), gemm(args.batch_size, tf.bfloat16)]
     return [c for c in candidates if c.name not in args.skip]
 

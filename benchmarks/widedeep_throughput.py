@@ -47,6 +47,7 @@ from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.data.synthetic.widedeep_reference import DEEP_HIDDEN_UNITS, LABEL, NUMERICAL_FEATURES, reference_tables
 from dlrm.dist import single_process
 from dlrm.features import TableConfig
+from dlrm.keras2 import keras
 from dlrm.train.build import parts_for_spec
 from dlrm.train.step import make_predict_step, make_train_step
 
@@ -123,12 +124,12 @@ def ours(tables: Sequence[TableConfig], batches, args, xla: bool) -> List[Candid
             Candidate(f"ours_widedeep_predict{suffix}", "ours_eval", predict, extra={"xla": xla})]
 
 
-class BagLookup(tf.keras.layers.Layer):
+class BagLookup(keras.layers.Layer):
     """A Keras `Embedding` of rows + 1 (row 0: padding) looked up at ids + 1, padding masked, summed per row."""
 
     def __init__(self, table: TableConfig, dim: int, initializer, **kwargs):
         super().__init__(**kwargs)
-        self.embedding = tf.keras.layers.Embedding(table.rows + 1, dim, embeddings_initializer=initializer)
+        self.embedding = keras.layers.Embedding(table.rows + 1, dim, embeddings_initializer=initializer)
 
     def call(self, ids):
         vectors = self.embedding(ids + 1)
@@ -136,33 +137,33 @@ class BagLookup(tf.keras.layers.Layer):
         return tf.reduce_sum(vectors * mask, axis=1)
 
 
-def keras_widedeep(tables: Sequence[TableConfig], dropout: float) -> tf.keras.Model:
-    """`tf.keras.experimental.WideDeepModel` with NVIDIA's inputs, initialisers and widths."""
-    inputs = {"numerical": tf.keras.Input([len(NUMERICAL_FEATURES)], dtype=tf.float32, name="numerical"),
-              "categorical": tf.keras.Input([sum(t.hotness for t in tables)], dtype=tf.int32, name="categorical")}
+def keras_widedeep(tables: Sequence[TableConfig], dropout: float) -> keras.Model:
+    """`keras.experimental.WideDeepModel` with NVIDIA's inputs, initialisers and widths."""
+    inputs = {"numerical": keras.Input([len(NUMERICAL_FEATURES)], dtype=tf.float32, name="numerical"),
+              "categorical": keras.Input([sum(t.hotness for t in tables)], dtype=tf.int32, name="categorical")}
     starts = np.cumsum([0] + [t.hotness for t in tables])
 
     def bags(dim_of: Callable[[TableConfig], int], initializer, prefix: str):
         return [BagLookup(t, dim_of(t), initializer, name=f"{prefix}_{t.name}")(
                 inputs["categorical"][:, starts[i]:starts[i + 1]]) for i, t in enumerate(tables)]
 
-    wide = tf.keras.layers.Add()(bags(lambda t: 1, "zeros", "wide")
-                                 + [tf.keras.layers.Dense(1, kernel_initializer="zeros")(inputs["numerical"])])
-    linear = tf.keras.Model(inputs, wide, name="linear")
-    x = tf.keras.layers.Concatenate()(bags(lambda t: t.dim, "glorot_normal", "deep") + [inputs["numerical"]])
+    wide = keras.layers.Add()(bags(lambda t: 1, "zeros", "wide")
+                                 + [keras.layers.Dense(1, kernel_initializer="zeros")(inputs["numerical"])])
+    linear = keras.Model(inputs, wide, name="linear")
+    x = keras.layers.Concatenate()(bags(lambda t: t.dim, "glorot_normal", "deep") + [inputs["numerical"]])
     for units in DEEP_HIDDEN_UNITS:
-        x = tf.keras.layers.Dense(units, activation="relu")(x)
-        x = tf.keras.layers.Dropout(dropout)(x)
-    deep = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(x), name="deep")
-    return tf.keras.experimental.WideDeepModel(linear, deep, activation=None)
+        x = keras.layers.Dense(units, activation="relu")(x)
+        x = keras.layers.Dropout(dropout)(x)
+    deep = keras.Model(inputs, keras.layers.Dense(1)(x), name="deep")
+    return keras.experimental.WideDeepModel(linear, deep, activation=None)
 
 
 def keras(tables, batches, args) -> List[Candidate]:
     """Training (`fit`) and evaluation (`predict_on_batch`) candidates of the Keras baseline."""
     model = keras_widedeep(tables, args.dropout)
-    model.compile(optimizer=[tf.keras.optimizers.legacy.Ftrl(args.linear_learning_rate),
-                             tf.keras.optimizers.legacy.RMSprop(args.deep_learning_rate, rho=0.5)],
-                  loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+    model.compile(optimizer=[keras.optimizers.legacy.Ftrl(args.linear_learning_rate),
+                             keras.optimizers.legacy.RMSprop(args.deep_learning_rate, rho=0.5)],
+                  loss=keras.losses.BinaryCrossentropy(from_logits=True))
     train = fit_run(model, batches, lambda numerical, categorical: {"numerical": numerical, "categorical": categorical})
     batch_size = int(batches[0][0].shape[0])
 

@@ -20,9 +20,10 @@ import tensorflow as tf
 
 from dlrm.embedding.pieces import TablePiece
 from dlrm.features import TableConfig, table_problems, total_dim, total_hotness
+from dlrm.keras2 import keras
 
 
-class EmbeddingCollection(tf.keras.layers.Layer):
+class EmbeddingCollection(keras.layers.Layer):
     """ids [B, total_hotness] int32 -> pooled vectors [B, total_dim] float32."""
 
     def __init__(self, tables: Sequence[TableConfig], **kwargs):

@@ -8,9 +8,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from dlrm.export.inputs import ServingLayout
+from dlrm.keras2 import keras
 
 
-def serving_module(model: tf.keras.Model, layout: ServingLayout) -> tf.Module:
+def serving_module(model: keras.Model, layout: ServingLayout) -> tf.Module:
     """A tf.Module with `.serve(inputs) -> {"logit", "probability"}` (float32 [B]) and the model's variables."""
     module = tf.Module()
     module.weights = list(model.variables)  # captured by `serve`: tracked so that the SavedModel stores them

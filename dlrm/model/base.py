@@ -7,9 +7,10 @@ from typing import List
 import tensorflow as tf
 
 from dlrm.embedding.base import EmbeddingCollection
+from dlrm.keras2 import keras
 
 
-class EmbeddingModel(tf.keras.Model):
+class EmbeddingModel(keras.Model):
     """A Keras model with an `embeddings` layer (`EmbeddingCollection`), set by the subclass."""
 
     embeddings: EmbeddingCollection

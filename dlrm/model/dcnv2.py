@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from dlrm.keras2 import keras
 from dlrm.model.mlp import dense_layer, layer_seed
 
 
-class LowRankCrossNetwork(tf.keras.layers.Layer):
+class LowRankCrossNetwork(keras.layers.Layer):
     """x0 [B, input_dim] -> [B, input_dim] through `num_layers` low-rank cross layers."""
 
     def __init__(

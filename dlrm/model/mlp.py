@@ -11,6 +11,8 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
+from dlrm.keras2 import keras
+
 
 def layer_seed(model_seed: int, layer_key: int) -> int:
     """A distinct, reproducible 31-bit initializer seed per layer."""
@@ -20,18 +22,18 @@ def layer_seed(model_seed: int, layer_key: int) -> int:
 def dense_layer(
     units: int, activation, seed: int, dtype: str, name: str, use_bias: bool = True,
     zero_bias: bool = False,
-) -> tf.keras.layers.Dense:
+) -> keras.layers.Dense:
     """A Dense layer with a Glorot-normal kernel and (by default) the reference N(0, 1/units) bias."""
     bias_init = (
-        tf.keras.initializers.Zeros()
+        keras.initializers.Zeros()
         if zero_bias
-        else tf.keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / units), seed=seed + 1)
+        else keras.initializers.RandomNormal(stddev=math.sqrt(1.0 / units), seed=seed + 1)
     )
-    return tf.keras.layers.Dense(
+    return keras.layers.Dense(
         units,
         activation=activation,
         use_bias=use_bias,
-        kernel_initializer=tf.keras.initializers.GlorotNormal(seed=seed),
+        kernel_initializer=keras.initializers.GlorotNormal(seed=seed),
         bias_initializer=bias_init,
         dtype=dtype,
         name=name,
@@ -62,7 +64,7 @@ def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return tf.matmul(x, kernel), gradient
 
 
-class MLP(tf.keras.layers.Layer):
+class MLP(keras.layers.Layer):
     """input [B, input_dim] -> [B, units[-1]]; ReLU after every layer except (optionally) the last.
 
     Built eagerly in the constructor, so all variables exist before any `tf.function` runs.

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 
-import tensorflow as tf
-
 from dlrm.config import ModelConfig
 from dlrm.features import FeatureContract
+from dlrm.keras2 import keras
 from dlrm.model.interaction import dot_interaction_output_dim
 from dlrm.model_tables import embedding_parameters, has_deep, has_wide
 
 
-def parameter_count(model: tf.keras.Model) -> int:
+def parameter_count(model: keras.Model) -> int:
     """Embedding weights (every table's rows x dim, wherever its pieces live) + the dense variables.
 
     Works for every arch and world size: the tables' sizes come from the embedding layer's table list,

@@ -24,6 +24,7 @@ from dlrm.embedding.memory_check import check_plan_fits_machine
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
 from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.features import FeatureContract
+from dlrm.keras2 import keras
 from dlrm.model.build import Model, build_model
 from dlrm.model.shape_rules import check_model_shape
 from dlrm.model.widedeep import WideDeepModel
@@ -75,7 +76,7 @@ def configure_tensorflow(train_cfg: TrainConfig) -> None:
         # thread pools; they were set by the first run.
         pass
     tf.config.experimental.enable_op_determinism()
-    tf.keras.utils.set_random_seed(train_cfg.seed)
+    keras.utils.set_random_seed(train_cfg.seed)
 
 
 def build_embeddings(config: Config, contract: FeatureContract,

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from dlrm import dist
+from dlrm.dist.launcher import installed
 from dlrm.errors import EnvironmentProblem
+from tests.support.multirank import skip_without_horovod
+from tests.support.processes import own_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,10 +84,23 @@ def test_peer_failure_is_never_blamed_when_horovod_never_started():
 def test_starting_twice_gives_the_same_group():
     """Horovod (and GPU pinning) start once per process; a second start() must not redo them."""
     code = ("from dlrm import dist; first = dist.start(); second = dist.start(); "
-            "print(first is second, first.size, dist.is_peer_failure(RuntimeError('Horovod has been shut down')))")
+            "print(first is second, first.size, first.backend, "
+            "dist.is_peer_failure(RuntimeError('Horovod has been shut down')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          timeout=120).stdout
-    assert out.split()[-3:] == ["True", "1", "True"]
+    horovod = installed("horovod")
+    assert out.split()[-4:] == ["True", "1", "horovod" if horovod else "mpi", str(horovod)]
+
+
+def test_auto_without_horovod_starts_the_mpi_backend_and_never_imports_horovod():
+    """The stack without Horovod (TensorFlow >= 2.16): one process gets the MPI backend's world of one. Horovod
+    is hidden here (`sys.modules["horovod"] = None`), so this runs the same on both stacks."""
+    code = ("import sys; sys.modules['horovod'] = None; from dlrm import dist; group = dist.start(); "
+            "group.barrier(); print(group.backend, group.size, "
+            "any(name.startswith('horovod') for name, module in sys.modules.items() if module))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}).stdout
+    assert out.split()[-3:] == ["mpi", "1", "False"]
 
 
 @pytest.mark.parametrize("backend, sees", [("horovod", "Horovod sees"), ("mpi", "MPI sees"), ("auto", "MPI sees")])
@@ -92,6 +108,7 @@ def test_a_launcher_announcing_more_ranks_than_the_backend_sees_gets_one_message
     """As under `srun` with an MPI plugin that does not match: Slurm announces 2 tasks, the backend starts
     a world of one. main.py must say so in one line before any work, not train alone (auto: no HOROVOD_*
     variable under srun, so MPI)."""
+    skip_without_horovod(backend)
     done = run_main_with_env(["--max_steps", "1", "--backend", backend], SLURM_PROCID="0", SLURM_NTASKS="2",
                              SLURM_LOCALID="0", SLURM_NTASKS_PER_NODE="2")
     assert done.returncode == 1, done.stderr
@@ -113,7 +130,7 @@ def test_the_mpi_backend_under_horovodrun_gloo_gets_one_message():
     done = run_main_with_env(["--max_steps", "1", "--backend", "mpi"], HOROVOD_RANK="0", HOROVOD_SIZE="2",
                              HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="2")
     assert done.returncode == 1, done.stderr
-    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+    assert own_lines(done.stderr) == [
         "error: --backend mpi under horovodrun --gloo: there is no MPI world; launch with `mpirun -np 2 python "
         "main.py --backend mpi` (or `srun --mpi=pmix`), or use --backend horovod"], done.stderr
 
@@ -126,8 +143,8 @@ def test_the_mpi_backend_without_mpi4py_gets_one_message(tmp_path):
     (tmp_path / "mpi4py" / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
     done = run_main_with_env(["--max_steps", "1", "--backend", "mpi"], PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip() == ("error: --backend mpi: mpi4py does not load (hidden by the test); install an MPI "
-                                   "library (Debian: openmpi-bin) or use --backend horovod")
+    assert own_lines(done.stderr) == ["error: --backend mpi: mpi4py does not load (hidden by the test); install an "
+                                      "MPI library (Debian: openmpi-bin) or use --backend horovod"]
 
 
 @pytest.mark.parametrize("env, has_horovod, has_mpi4py, chosen", [
@@ -138,6 +155,9 @@ def test_the_mpi_backend_without_mpi4py_gets_one_message(tmp_path):
     ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, True, False, "horovod"),
     ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "HOROVOD_STALL_CHECK_TIME_SECONDS": "60"}, True, True, "horovod"),
     ({"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2"}, True, True, "horovod"),  # horovodrun --gloo
+    # no Horovod (TensorFlow >= 2.16): MPI, also under the Slurm scripts, which export the Horovod defaults
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"}, False, True, "mpi"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "HOROVOD_STALL_CHECK_TIME_SECONDS": "60"}, False, True, "mpi"),
 ])
 def test_auto_chooses_the_backend_from_the_launcher(env, has_horovod, has_mpi4py, chosen):
     assert dist.choose_backend("auto", env, has_horovod=has_horovod, has_mpi4py=has_mpi4py) == chosen

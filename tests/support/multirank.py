@@ -11,6 +11,9 @@ reported with `timed_out=True`.
 `backend="mpi"` launches the same worker with plain `mpirun -np N --allow-run-as-root --oversubscribe`
 instead, without any HOROVOD_* variable (so the process group's `auto` picks the MPI backend) and with
 the MPI backend's collective deadline tightened instead of Horovod's stall detector.
+
+A horovodrun launch skips its test where Horovod is not installed (the TensorFlow >= 2.16 stack, see
+docs/stack.md): `pytest -ra` lists each one with the reason.
 """
 from __future__ import annotations
 
@@ -27,6 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+import pytest
+
+from dlrm.dist.launcher import installed
 from tests.support import ROOT
 
 HOROVODRUN = str(Path(sys.executable).parent / "horovodrun")
@@ -47,6 +53,13 @@ RANK_ENV = {
 # The MPI backend's deadline on every collective (it has no stall detector of its own).
 MPI_RANK_ENV = {"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "30"}
 BACKENDS = ("horovod", "mpi")
+NO_HOROVOD = "Horovod is not installed: this test launches horovodrun (the MPI backend's launches run without it)"
+
+
+def skip_without_horovod(backend: str = "horovod") -> None:
+    """Skip the calling test if it needs horovodrun and Horovod is not installed."""
+    if backend == "horovod" and not installed("horovod"):
+        pytest.skip(NO_HOROVOD)
 
 
 @dataclass
@@ -102,6 +115,7 @@ def rank_env(extra: Optional[Dict[str, str]] = None, result_dir: Optional[str] =
 def start_ranks(np: int, argv: Sequence[str], mpi: bool = False, env: Optional[Dict[str, str]] = None,
                 result_dir: Optional[str] = None, backend: str = "horovod") -> subprocess.Popen:
     """Start the launcher in its own process group (so it can be killed whole) and return it."""
+    skip_without_horovod(backend)
     return subprocess.Popen(launch_command(np, argv, mpi, backend), cwd=ROOT, env=rank_env(env, result_dir, backend),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -67,3 +67,15 @@ def rank_lines(output: str) -> list:
     """(rank, text) of every line a rank printed under horovodrun (the launcher's own lines excluded:
     horovodrun itself ends with a traceback of its own whenever a rank exits non-zero)."""
     return [(int(m.group(1)), m.group(2)) for m in map(RANK_LINE.match, output.splitlines()) if m]
+
+
+# TensorFlow >= 2.16 logs through absl before absl is initialised, which writes to stderr whatever
+# TF_CPP_MIN_LOG_LEVEL says: the notice about it, then lines such as "I0000 00:00:... port.cc:153] oneDNN ...".
+ABSL_PREAMBLE = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+ABSL_LINE = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [\w.]+:\d+\] ")
+
+
+def own_lines(stderr: str) -> list:
+    """The non-blank lines of a process's stderr without TensorFlow's native start-up log."""
+    return [line for line in stderr.splitlines()
+            if line.strip() and line != ABSL_PREAMBLE and not ABSL_LINE.match(line)]

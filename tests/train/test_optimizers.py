@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
+from dlrm.keras2 import keras
 from dlrm.train.optimizers import LossScaledOptimizer, SparseSGD, build_optimizer, sum_duplicate_rows
 from dlrm.train.schedule import ReferenceSchedule
 
@@ -88,8 +89,8 @@ def test_sparse_update_touches_only_used_rows_and_matches_reference(name):
 
 
 @pytest.mark.parametrize("name,keras_cls", [
-    ("sgd", tf.keras.optimizers.legacy.SGD), ("adagrad", tf.keras.optimizers.legacy.Adagrad),
-    ("adam", tf.keras.optimizers.legacy.Adam),
+    ("sgd", keras.optimizers.legacy.SGD), ("adagrad", keras.optimizers.legacy.Adagrad),
+    ("adam", keras.optimizers.legacy.Adam),
 ])
 def test_dense_updates_match_legacy_keras(name, keras_cls):
     ours = tf.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3))

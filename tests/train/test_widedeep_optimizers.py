@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
 from dlrm.embedding.optimizer_slots import SLOT_NAMES, slots_for_optimizer
+from dlrm.keras2 import keras
 from dlrm.train.optimizers import (
     LossScaledOptimizer,
     OptimizerGroup,
@@ -27,12 +28,12 @@ def grads(step: int) -> tf.Tensor:
 
 
 @pytest.mark.parametrize("ours,keras", [
-    (lambda: SparseFtrl(ConstantSchedule(LR), name="ftrl"), lambda: tf.keras.optimizers.legacy.Ftrl(LR)),
+    (lambda: SparseFtrl(ConstantSchedule(LR), name="ftrl"), lambda: keras.optimizers.legacy.Ftrl(LR)),
     (lambda: SparseFtrl(ConstantSchedule(LR), name="ftrl", initial_accumulator=1e-6),
-     lambda: tf.keras.optimizers.legacy.Ftrl(LR, initial_accumulator_value=1e-6)),
+     lambda: keras.optimizers.legacy.Ftrl(LR, initial_accumulator_value=1e-6)),
     (lambda: SparseRMSprop(ConstantSchedule(LR), name="rms", rho=0.5),
-     lambda: tf.keras.optimizers.legacy.RMSprop(LR, rho=0.5)),
-    (lambda: SparseRMSprop(ConstantSchedule(LR), name="rms"), lambda: tf.keras.optimizers.legacy.RMSprop(LR)),
+     lambda: keras.optimizers.legacy.RMSprop(LR, rho=0.5)),
+    (lambda: SparseRMSprop(ConstantSchedule(LR), name="rms"), lambda: keras.optimizers.legacy.RMSprop(LR)),
 ], ids=["ftrl", "ftrl_small_accumulator", "rmsprop_rho_0.5", "rmsprop_rho_0.9"])
 def test_dense_updates_match_legacy_keras(ours, keras):
     mine = tf.Variable(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3))

@@ -158,7 +158,7 @@ class SplitBinaryWriter:
             value = numerical[r, c]
             limit = float(np.finfo(chunk.dtype).max)
             why = "is NaN or inf" if not np.isfinite(value) else f"overflows {chunk.dtype.name} (max {limit:g})"
-            raise DataError(f"numerical value {value!r} {why}", chunk.path, chunk.features[c], self.rows_written + r)
+            raise DataError(f"numerical value {value} {why}", chunk.path, chunk.features[c], self.rows_written + r)
         return np.ascontiguousarray(stored).tobytes()
 
     def _check_categorical(self, categorical, n: int) -> list[bytes]:
