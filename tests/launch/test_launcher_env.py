@@ -131,7 +131,8 @@ def test_the_mpi_backend_under_horovodrun_gloo_gets_one_message():
                              HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="2")
     assert done.returncode == 1, done.stderr
     assert own_lines(done.stderr) == [
-        "error: --backend mpi under horovodrun --gloo: there is no MPI world; launch with `mpirun -np 2 python "
+        "error: --backend mpi under horovodrun: horovodrun starts Horovod's workers, not an MPI job for mpi4py; "
+        "launch with `mpirun -np 2 python "
         "main.py --backend mpi` (or `srun --mpi=pmix`), or use --backend horovod"], done.stderr
 
 
