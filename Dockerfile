@@ -4,8 +4,8 @@
 #   docker build -t registry.example.com/dlrm:latest .
 #   DLRM_CONTAINER_IMAGE=registry.example.com/dlrm:latest sbatch -N 4 --ntasks-per-node=8 \
 #       --gpus-per-node=8 slurm/dlrm_multinode.sbatch --dataset_path /data/criteo_t15
-# See docs/cluster.md, "Docker image". The install steps are those of scripts/bootstrap.sh, from the same
-# requirements.txt, except what the base image already provides: TensorFlow (a GPU build instead of
+# See docs/cluster.md, "Docker image". The install steps are those of scripts/bootstrap.sh for the Horovod
+# stack (DLRM_STACK=horovod), from the same requirements-horovod.txt, except what the base image already provides: TensorFlow (a GPU build instead of
 # tensorflow-cpu) and Horovod (already built with NCCL); tests/launch/test_dockerfile.py checks this.
 ARG BASE_IMAGE=nvcr.io/nvidia/tensorflow:24.02-tf2-py3
 FROM ${BASE_IMAGE}
@@ -21,9 +21,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /workspace/dlrm
-# Python stack: requirements.txt without tensorflow-cpu (the image's TensorFlow is the GPU build).
-COPY requirements.txt ./
-RUN grep -v '^tensorflow-cpu' requirements.txt > /tmp/requirements-image.txt \
+# Python stack: requirements-horovod.txt without tensorflow-cpu (the image's TensorFlow is the GPU build).
+COPY requirements-horovod.txt ./
+RUN grep -v '^tensorflow-cpu' requirements-horovod.txt > /tmp/requirements-image.txt \
  && python -m pip install --no-cache-dir -r /tmp/requirements-image.txt \
  && rm /tmp/requirements-image.txt \
  && python -c "import horovod.tensorflow, tensorflow"

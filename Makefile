@@ -1,13 +1,17 @@
 # The two set-up commands (README): `make demo` runs the main job, `make test` runs the tests.
-# Both build .venv (Debian packages, pinned Python stack, Horovod from source) the first time.
-# The venv: `make VENV=...`, else $DLRM_VENV (as scripts/bootstrap.sh), else .venv; bootstrap builds that one.
-VENV ?= $(or $(DLRM_VENV),.venv)
+# Both build the stack's virtual environment the first time (scripts/bootstrap.sh: Debian packages, the
+# pinned Python stack). The stack: `make STACK=horovod ...` or $DLRM_STACK, else `current` (TensorFlow 2.21,
+# .venv); `horovod` is TensorFlow 2.15 + Horovod (.venv-horovod). The venv: `make VENV=...`, else $DLRM_VENV.
+STACK ?= $(or $(DLRM_STACK),current)
+VENV ?= $(or $(DLRM_VENV),$(if $(filter horovod,$(STACK)),.venv-horovod,.venv))
 PY := $(VENV)/bin/python
+# The other stack's interpreter, for the tests that restore one stack's checkpoints on the other.
+OTHER_VENV ?= $(if $(filter horovod,$(STACK)),.venv,.venv-horovod)
 
-.PHONY: env demo lint test test-fast
+.PHONY: env demo lint test test-fast test-horovod-lane
 
 env:
-	DLRM_VENV="$(abspath $(VENV))" bash scripts/bootstrap.sh
+	DLRM_STACK="$(STACK)" DLRM_VENV="$(abspath $(VENV))" bash scripts/bootstrap.sh
 
 demo: env
 	$(PY) main.py
@@ -21,3 +25,9 @@ test: lint
 
 test-fast: env
 	$(PY) -m pytest -v -m "not slow" tests
+
+# CI's second lane (`make STACK=horovod test-horovod-lane`, docs/testing.md): on the Horovod stack, the tests that launch ranks (horovodrun, Slurm)
+# and the checkpoints crossing between the two stacks; everything else runs on the current stack.
+test-horovod-lane: lint
+	DLRM_OTHER_STACK_PYTHON="$(abspath $(OTHER_VENV))/bin/python" \
+	  $(PY) -m pytest -v --durations=25 -m "multirank or slurm or both_stacks" tests

@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# Creates .venv with the whole pinned stack, Debian packages included, once.
-# Later calls are a no-op (a stamp keyed on this script and requirements.txt).
-# Used by `make demo`, `make test` and .ci/run, so a fresh machine needs nothing else.
+# Creates the virtual environment of one pinned stack, Debian packages included, once:
+#   DLRM_STACK=current (default): TensorFlow 2.21 + tf-keras, numpy 2, mpi4py; requirements.txt; .venv
+#   DLRM_STACK=horovod:           TensorFlow 2.15 + Horovod 0.28.1 from source; requirements-horovod.txt; .venv-horovod
+# DLRM_VENV chooses another directory. Later calls are a no-op (a stamp keyed on this script and the stack's
+# requirement files). Used by `make demo`, `make test` and .ci/run, so a fresh machine needs nothing else.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${DLRM_VENV:-$root/.venv}"
+stack="${DLRM_STACK:-current}"
+log() { echo "[bootstrap] $*" >&2; }
+case "$stack" in
+  current) requirements=("$root/requirements.txt" "$root/requirements-nodeps.txt"); default_venv="$root/.venv" ;;
+  horovod) requirements=("$root/requirements-horovod.txt"); default_venv="$root/.venv-horovod" ;;
+  *) log "DLRM_STACK must be current or horovod, got '$stack'"; exit 1 ;;
+esac
+venv="${DLRM_VENV:-$default_venv}"
 python="${PYTHON:-python3}"
-key="$(cat "$root/scripts/bootstrap.sh" "$root/requirements.txt" | sha256sum | cut -c1-16)"
+key="$(cat "$root/scripts/bootstrap.sh" "${requirements[@]}" | sha256sum | cut -c1-16)"
 stamp="$venv/.bootstrap-$key"
 [ -f "$stamp" ] && exit 0
 
-log() { echo "[bootstrap] $*" >&2; }
 
-# --- Debian packages: MPI for Horovod, cmake + make + g++ to build it, python3-venv for `python3 -m venv`
-# (Debian splits ensurepip out), Slurm + munge for the launcher tests, a JRE for Spark if none is found,
-# libgomp1 for numba's OpenMP threading layer (the batch reader's decode threads; g++ pulls it in too).
-# `make` is listed because Horovod's build needs it; on a machine without it, run this script first.
-debs=(libopenmpi-dev openmpi-bin cmake make g++ libgomp1 python3-venv slurm-wlm munge)
+# --- Debian packages: Open MPI (mpi4py's library, mpirun; Horovod's controller), python3-venv for
+# `python3 -m venv` (Debian splits ensurepip out), Slurm + munge for the launcher tests, a JRE for Spark if
+# none is found, libgomp1 for numba's OpenMP threading layer (the batch reader's decode threads), `make`
+# for the Makefile (on a machine without it, run this script first); cmake + g++ to build Horovod.
+debs=(libopenmpi-dev openmpi-bin make libgomp1 python3-venv slurm-wlm munge)
+[ "$stack" = horovod ] && debs+=(cmake g++)
 command -v java >/dev/null 2>&1 || debs+=(openjdk-17-jre-headless)
 missing=()
 for p in "${debs[@]}"; do
@@ -39,15 +48,34 @@ fi
 # socket, free ports and a temporary directory, so daemons the packages may have started do not
 # collide with it (and killing daemons by name could hit a real cluster's or another test run's).
 
-# --- Python environment
+# --- Python environment. TensorFlow 2.21 has wheels for Python 3.10-3.13, TensorFlow 2.15 (and Horovod
+# 0.28.1's build) for 3.10-3.11 only.
+version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+case "$stack:$version" in
+  current:3.1[0-3] | horovod:3.1[01]) ;;
+  current:*) log "the current stack needs Python 3.10-3.13, $python is $version (set PYTHON=...)"; exit 1 ;;
+  horovod:*) log "the Horovod stack needs Python 3.10 or 3.11, $python is $version (set PYTHON=...)"; exit 1 ;;
+esac
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   "$python" -m venv "$venv"
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+
+# The project itself, editable, so `import dlrm` works from any directory (subprocesses, Slurm jobs).
+finish() {
+  "${pip[@]}" install --no-deps --no-build-isolation -e "$root"
+  touch "$stamp"
+  log "environment ready ($stack stack): $venv"
+  exit 0
+}
 "${pip[@]}" install --upgrade pip
-log "installing requirements.txt"
-"${pip[@]}" install -r "$root/requirements.txt"
+log "installing ${requirements[0]##*/} (the $stack stack)"
+"${pip[@]}" install -r "${requirements[0]}"
+if [ "$stack" = current ]; then
+  "${pip[@]}" install --no-deps -r "$root/requirements-nodeps.txt"
+  finish
+fi
 
 # --- Horovod from source against the installed TF (no cache: a wheel built against another TF fails at import).
 if ! "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null; then
@@ -58,10 +86,7 @@ if ! "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null; then
     "${pip[@]}" install --no-cache-dir --no-build-isolation --force-reinstall --no-deps horovod==0.28.1
 fi
 # --force-reinstall: after a TensorFlow change pip would otherwise keep the stale build ("already
-# satisfied"); its build dependencies are in requirements.txt. Fail here, not in the first test.
+# satisfied"); its build dependencies are in requirements-horovod.txt. Fail here, not in the first test.
 "$venv/bin/python" -c "import horovod.tensorflow" || { log "horovod.tensorflow does not import after the build"; exit 1; }
 "$venv/bin/horovodrun" --check-build | sed 's/^/[bootstrap] /' >&2
-# The project itself, editable, so `import dlrm` works from any directory (subprocesses, Slurm jobs).
-"${pip[@]}" install --no-deps --no-build-isolation -e "$root"
-touch "$stamp"
-log "environment ready: $venv"
+finish

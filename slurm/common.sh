@@ -5,7 +5,8 @@
 #
 # Inputs (environment):
 #   DLRM_ROOT              project checkout holding main.py (required; the launchers set it)
-#   DLRM_PYTHON            interpreter (default: $DLRM_ROOT/.venv/bin/python if present, else python3)
+#   DLRM_PYTHON            interpreter (default: $DLRM_ROOT/.venv/bin/python, .venv-horovod with DLRM_STACK=horovod,
+#                          if present, else python3)
 #   DLRM_DATASET           split-binary dataset directory; empty = the trainer's synthetic dataset
 #   DLRM_JOB_DIR           per-job directory: metrics (run dir), logs/, checkpoints/ (launchers set it)
 #   DLRM_CHECKPOINT_EVERY  steps between checkpoints (default 1000); at most what a job loses when its
@@ -47,8 +48,12 @@ dlrm_resolve_python() {
   if [ -n "${DLRM_PYTHON:-}" ]; then
     return
   fi
-  if [ -x "$DLRM_ROOT/.venv/bin/python" ]; then
-    DLRM_PYTHON="$DLRM_ROOT/.venv/bin/python"
+  local venv="$DLRM_ROOT/.venv"  # the current stack's; DLRM_STACK=horovod: the Horovod stack's (docs/stack.md)
+  if [ "${DLRM_STACK:-current}" = horovod ]; then
+    venv="$DLRM_ROOT/.venv-horovod"
+  fi
+  if [ -x "$venv/bin/python" ]; then
+    DLRM_PYTHON="$venv/bin/python"
   else
     DLRM_PYTHON=python3
   fi

@@ -34,6 +34,11 @@ horovodrun="$(dirname "$DLRM_PYTHON")/horovodrun"
 if [ ! -x "$horovodrun" ]; then
   horovodrun=horovodrun
 fi
+if ! command -v "$horovodrun" >/dev/null 2>&1; then
+  echo "error: horovodrun not found next to $DLRM_PYTHON: this script runs Horovod (the Horovod stack," \
+       "DLRM_STACK=horovod); on the current stack run: mpirun -np $num_proc $DLRM_PYTHON main.py ..." >&2
+  exit 2
+fi
 run_args=(-np "$num_proc" -H "localhost:$num_proc")
 case "${DLRM_HOROVOD_CONTROLLER:-gloo}" in
   gloo) run_args+=(--gloo) ;;

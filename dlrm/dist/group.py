@@ -7,10 +7,11 @@ itself, with size 1, is the world of one that `single_process()` returns.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from dlrm.dist.launcher import LauncherWorld
 
@@ -46,6 +47,13 @@ class ProcessGroup:
     def is_peer_failure(self, error: BaseException) -> bool:
         """True if `error` is the backend reporting that another rank died or stalled (not a bug here)."""
         return False
+
+    @contextlib.contextmanager
+    def steady_step(self, steady: bool = True) -> Iterator[None]:
+        """Marks one training step after the first (`steady`): every rank is in the same loop and no rank
+        has a legitimate long wait (tracing, a checkpoint, an evaluation), so a backend may end the job
+        sooner when a peer goes silent here (the MPI backend's step deadline). No effect by default."""
+        yield
 
     # -- primitives: a backend overrides the `_` methods for size > 1 ------------------------------
     def alltoall(self, tensor, splits, name: Optional[str] = None):

@@ -3,9 +3,16 @@
 MPI has no stall check: a blocking collective waits forever for a rank that is stopped or wedged. So no
 collective here blocks. Each one is, for every peer, one nonblocking send (`Isend`) of a contiguous byte
 buffer and one receive sized from a nonblocking probe (`Improbe`, then `Irecv`), and the rank polls them
-with short sleeps until all are done or the deadline (`DLRM_COLLECTIVE_TIMEOUT_SECONDS`, 300 s by default)
-passes (time this rank itself was stopped does not count: a rank resumed after SIGSTOP blames nobody). Polling per peer tells WHICH peers have not delivered: on timeout the rank prints one line naming
-itself, the silent ranks and the collective, and calls `MPI_Abort`, so mpirun / srun end every rank.
+with short sleeps until all are done or the deadline passes (time this rank itself was stopped does not
+count: a rank resumed after SIGSTOP blames nobody). Polling per peer tells WHICH peers have not delivered:
+on timeout the rank prints one line naming itself, the silent ranks and the collective, and calls
+`MPI_Abort`, so mpirun / srun end every rank.
+
+Two deadlines. A steady training step (`ProcessGroup.steady_step`: a step after the first, and inside it
+every collective of a graph that has run before) waits `DLRM_STEP_TIMEOUT_SECONDS` (10 s by default, well
+under Slurm's default KillWait of 30 s): there the ranks are in lockstep and a silent peer is dead or
+stalled. Every other collective waits `DLRM_COLLECTIVE_TIMEOUT_SECONDS` (300 s), which covers the long
+legitimate waits: start-up and rank 0 generating the demo data, tracing a step, checkpoints, evaluations.
 
 Order instead of names: MPI matches messages by (source, tag) in the order they were sent, so every rank
 must issue its collectives in the same order. The tag is the collective's sequence number, and inside a
@@ -20,13 +27,14 @@ each rank sends and receives about twice the buffer, as a ring allreduce does).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import sys
 import time
 import weakref
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -35,10 +43,13 @@ from dlrm.dist.launcher import LauncherWorld
 from dlrm.errors import EnvironmentProblem
 
 TIMEOUT_ENV = "DLRM_COLLECTIVE_TIMEOUT_SECONDS"
+STEP_TIMEOUT_ENV = "DLRM_STEP_TIMEOUT_SECONDS"
 # A rank waits this long for its peers in one collective before ending the job. It must cover the longest
 # legitimate wait: rank 0 generating the demo dataset or renaming a checkpoint while the others wait, a
 # slow first step (tracing); Horovod's stall shutdown uses the same 300 s (horovod_defaults.env).
 DEFAULT_TIMEOUT_SECONDS = 300.0
+# In a steady step the ranks wait only for each other's compute: a peer silent this long is dead or stalled.
+DEFAULT_STEP_TIMEOUT_SECONDS = 10.0
 ABORT_EXIT_CODE = 1
 _TAG_CYCLE = 32000  # MPI guarantees tags up to 32767
 _SPIN_POLLS = 50  # polls without sleeping before backing off (small messages arrive within microseconds)
@@ -46,23 +57,30 @@ _MAX_POLL_SLEEP = 0.001
 _FROZEN_GAP = 0.5  # a gap this long between two polls (which sleep 1 ms at most) is time this rank did not run
 
 
-def collective_timeout(env: Optional[Mapping[str, str]] = None) -> float:
-    """Seconds a rank waits in one collective (`DLRM_COLLECTIVE_TIMEOUT_SECONDS`, default 300)."""
-    value = (os.environ if env is None else env).get(TIMEOUT_ENV, "").strip()
+def collective_timeouts(env: Optional[Mapping[str, str]] = None) -> tuple:
+    """(any collective, a steady step's) seconds a rank waits for its peers: `DLRM_COLLECTIVE_TIMEOUT_SECONDS`
+    (default 300) and `DLRM_STEP_TIMEOUT_SECONDS` (default 10, never above the first)."""
+    env = os.environ if env is None else env
+    timeout = _seconds(env, TIMEOUT_ENV, DEFAULT_TIMEOUT_SECONDS)
+    return timeout, min(timeout, _seconds(env, STEP_TIMEOUT_ENV, DEFAULT_STEP_TIMEOUT_SECONDS))
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    value = env.get(name, "").strip()
     if not value:
-        return DEFAULT_TIMEOUT_SECONDS
+        return default
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not seconds > 0:
-        raise EnvironmentProblem(f"{TIMEOUT_ENV} must be a positive number of seconds, got {value!r}")
+    if not (seconds > 0 and np.isfinite(seconds)):
+        raise EnvironmentProblem(f"{name} must be a positive number of seconds, got {value!r}")
     return seconds
 
 
 def start_mpi(announced: LauncherWorld) -> "MpiGroup":
     """Initialise MPI (mpi4py) and check that its world is the one the launcher announced."""
-    timeout = collective_timeout()
+    timeout, step_timeout = collective_timeouts()
     try:
         from mpi4py import MPI
     except (ImportError, RuntimeError) as error:  # e.g. no MPI library that the installed mpi4py can load
@@ -78,7 +96,7 @@ def start_mpi(announced: LauncherWorld) -> "MpiGroup":
             f"`srun --mpi=pmix` with the MPI mpi4py was built against); see docs/cluster.md, 'How ranks start'")
     local = size == announced.size and announced.source != "none"
     group = MpiGroup(comm, rank, size, announced.local_rank if local else 0, announced.local_size if local else 1,
-                     announced, timeout)
+                     announced, timeout, step_timeout)
     if size > 1:
         _abort_on_uncaught_exception(comm)
     return group
@@ -114,13 +132,27 @@ class MpiGroup(ProcessGroup):
     backend = "mpi"
 
     def __init__(self, comm, rank: int, size: int, local_rank: int, local_size: int, launcher: LauncherWorld,
-                 timeout: float = DEFAULT_TIMEOUT_SECONDS):
+                 timeout: float = DEFAULT_TIMEOUT_SECONDS, step_timeout: float = DEFAULT_STEP_TIMEOUT_SECONDS):
         super().__init__(rank, size, local_rank, local_size, launcher)
         self._comm = comm
         self.timeout = timeout
+        self.step_timeout = step_timeout
+        self._steady = False  # inside a steady step (`steady_step`)
+        self._tracing_run = False  # a graph's first run: its ranks may still be tracing it
         self._peers = [r for r in range(size) if r != rank]
         self._sequence = 0
         self._last_in_graph: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    @contextlib.contextmanager
+    def steady_step(self, steady: bool = True) -> Iterator[None]:
+        previous, self._steady = self._steady, steady
+        try:
+            yield
+        finally:
+            self._steady = previous
+
+    def _deadline_seconds(self) -> float:
+        return self.step_timeout if self._steady and not self._tracing_run else self.timeout
 
     # -- the transport: one message per peer, polled against the deadline ---------------------------
     def _exchange(self, sends: Dict[int, np.ndarray], sources: Sequence[int], name: str) -> Dict[int, np.ndarray]:
@@ -138,7 +170,8 @@ class MpiGroup(ProcessGroup):
         probing: List[int] = list(sources)
         receiving: Dict[int, tuple] = {}
         received: Dict[int, np.ndarray] = {}
-        deadline, polls, polled = time.monotonic() + self.timeout, 0, time.monotonic()
+        seconds = self._deadline_seconds()
+        deadline, polls, polled = time.monotonic() + seconds, 0, time.monotonic()
         while probing or receiving or sending:
             for peer in list(probing):
                 message = comm.Improbe(source=peer, tag=tag, status=status)
@@ -160,17 +193,17 @@ class MpiGroup(ProcessGroup):
                 deadline += now - polled
             polled = now
             if now > deadline:
-                self._give_up(name, sorted([*probing, *receiving]), sorted(sending))
+                self._give_up(name, sorted([*probing, *receiving]), sorted(sending), seconds)
             polls += 1
             time.sleep(0.0 if polls < _SPIN_POLLS else min(_MAX_POLL_SLEEP, 2e-5 * (polls - _SPIN_POLLS + 1)))
         return received
 
-    def _give_up(self, name: str, silent: List[int], not_receiving: List[int]) -> None:
+    def _give_up(self, name: str, silent: List[int], not_receiving: List[int], seconds: float) -> None:
         """One line naming this rank, the peers and the collective; then MPI_Abort ends every rank."""
         peers = silent or not_receiving
         who = f"rank{'s' if len(peers) > 1 else ''} {', '.join(map(str, peers))}"
         what = f"no data from {who}" if silent else f"{who} did not take its data"
-        os.write(2, f"error: rank {self.rank}: {what} in '{name}' within {self.timeout:g} s (rank dead or "
+        os.write(2, f"error: rank {self.rank}: {what} in '{name}' within {seconds:g} s (rank dead or "
                     f"stalled); ending the job\n".encode())
         self._comm.Abort(ABORT_EXIT_CODE)
 
@@ -226,8 +259,17 @@ class MpiGroup(ProcessGroup):
             return [tf.convert_to_tensor(out) for out in fn(*[np.asarray(x) for x in inputs])]
         graph = tf.compat.v1.get_default_graph()
         previous = self._last_in_graph.get(graph)
+        ran = [False]  # this trace's op has run: its first run may wait for ranks still tracing the graph
+
+        def run(*arrays):
+            self._tracing_run = not ran[0]
+            try:
+                return fn(*arrays)
+            finally:
+                self._tracing_run, ran[0] = False, True
+
         with tf.control_dependencies([previous] if previous is not None else []):
-            outputs = tf.numpy_function(fn, inputs, dtypes, stateful=True, name=_op_name(name))
+            outputs = tf.numpy_function(run, inputs, dtypes, stateful=True, name=_op_name(name))
         self._last_in_graph[graph] = outputs[0].op
         return list(outputs)
 

@@ -164,13 +164,15 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     batches = training_batches(reader, step, steps_per_epoch)
     with contextlib.closing(batches), stopping.StopRequests(group, announce=group.rank == 0) as stop_requests:
         evaluations = Evaluations(parts, log, bayes, lambda: stop_requests.signal_number)
+        first_step = step
         while step < total_steps:
             try:
-                batch = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop together
-            except stopping.StopAgreed as agreed:
+                with group.steady_step(step > first_step):  # the first step may wait for ranks still tracing it
+                    batch = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop together
+                    loss = float(train_step(batch.numerical, batch.categorical, batch.label,
+                                            np.float32(batch.global_rows), np.int64(batch.first_row)))
+            except stopping.StopAgreed as agreed:  # saved outside the steady step: the save may take long
                 raise _stop(agreed, step, checkpoints, log) from None
-            loss = float(train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
-                                    np.int64(batch.first_row)))
             batch.release()  # the step is done with the arrays: the reader decodes a later batch into them
             step += 1
             window.add(batch.global_rows, loss)

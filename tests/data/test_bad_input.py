@@ -253,6 +253,7 @@ def test_data_error_from_main_py_is_one_message_without_traceback(bad_id_dataset
     assert line.startswith("error: file ") and "rank" not in line  # one process: no rank named
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("found_by", ["start-up check", "training step"])
 def test_data_error_with_two_ranks_is_printed_once(bad_id_dataset, tmp_path, found_by):
     """Before: 116 lines and 3 tracebacks. The start-up check shares its findings, so every rank raises the
@@ -274,6 +275,7 @@ def test_data_error_with_two_ranks_is_printed_once(bad_id_dataset, tmp_path, fou
         assert rank == 0 and "error: file " in text and errors == reported, errors
 
 
+@pytest.mark.multirank
 def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
     """Rank 1 of a 2-rank main.py run is stopped (SIGSTOP) once training is under way: rank 0 waits in its
     next collective until Horovod gives up on the peer (Gloo timeout, 10 s here), then says so in one line."""

@@ -198,6 +198,7 @@ def test_an_empty_test_mapping_is_refused(tmp_path, dataset):
 
 
 # ----------------------------------------------------------------------------- two real ranks
+@pytest.mark.multirank
 def test_two_ranks_share_the_check_and_raise_the_same_earliest_row(dataset):
     """Rank 0 checks train rows 0-1023, rank 1 rows 1024-2047 (test: 0-511 / 512-1023). In train only
     rank 1 holds bad rows: both ranks name its earliest (1100). In test both ranks hold one: both name
@@ -218,6 +219,7 @@ def test_two_ranks_share_the_check_and_raise_the_same_earliest_row(dataset):
         assert run.results[rank]["messages"] == run.results[0]["messages"]
 
 
+@pytest.mark.multirank
 def test_a_file_broken_on_one_rank_only_stops_both_and_that_rank_reports_it(dataset, tmp_path):
     """Node-local copies that differ: rank 1's copy of cat_3.bin is truncated. Rank 1 reports it, naming
     itself; rank 0 stops too (no hang in the shared check) and prints nothing."""

@@ -91,6 +91,7 @@ def test_wide_and_deep_checkpoint_scores_like_the_trainer(tmp_path):
     _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), flags, with_onnx=True))
 
 
+@pytest.mark.multirank
 @pytest.mark.slow
 def test_two_rank_checkpoint_scores_like_the_trainer():
     """2 ranks (horovodrun --gloo) with row-, column-sliced, replicated and table-wise tables, multi-hot bags

