@@ -18,6 +18,13 @@ python="${PYTHON:-python3}"
 key="$(cat "$root/scripts/bootstrap.sh" "${requirements[@]}" | sha256sum | cut -c1-16)"
 stamp="$venv/.bootstrap-$key"
 [ -f "$stamp" ] && exit 0
+# A venv holds one stack: never install one stack over the other (TensorFlow 2.21 over a Horovod build).
+built="$(cat "$venv/.dlrm-stack" 2>/dev/null || { [ -x "$venv/bin/horovodrun" ] && echo horovod; } || true)"
+if [ -n "$built" ] && [ "$built" != "$stack" ]; then
+  log "$venv holds the $built stack, not the $stack stack: use it with DLRM_STACK=$built DLRM_VENV=$venv," \
+      "or remove it to build the $stack stack there"
+  exit 1
+fi
 
 
 # --- Debian packages: Open MPI (mpi4py's library, mpirun; Horovod's controller), python3-venv for
@@ -60,6 +67,7 @@ if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   "$python" -m venv "$venv"
 fi
+echo "$stack" > "$venv/.dlrm-stack"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
 # The project itself, editable, so `import dlrm` works from any directory (subprocesses, Slurm jobs).

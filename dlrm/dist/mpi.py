@@ -34,7 +34,7 @@ import re
 import sys
 import time
 import weakref
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -289,7 +289,7 @@ class MpiGroup(ProcessGroup):
         tensor, splits = tf.convert_to_tensor(tensor), tf.cast(splits, tf.int32)
         if not tensor.dtype.is_floating:
             return self._exchange_rows(tensor, splits, name)
-        received_splits: list = []
+        received_splits = []  # type: List[Any]  # (a type comment: AutoGraph refuses annotated closure names)
 
         @tf.custom_gradient
         def differentiable(x):

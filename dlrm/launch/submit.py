@@ -10,7 +10,7 @@ How ranks start:
   `slurm/run_rank.sh`, i.e. `main.py` with the job directory's flags. Horovod's MPI controller gets
   rank and size from PMIx.
 - local: one submitit process per point that runs `slurm/run_single_node.sh -np <world size>`
-  (horovodrun --gloo), exactly what a user runs on a workstation.
+  (mpirun, or horovodrun --gloo on the Horovod stack), exactly what a user runs on a workstation.
 A requeued/preempted Slurm job (submitit's checkpoint protocol) restarts the same command; the
 trainer resumes from the checkpoints in the point directory.
 """

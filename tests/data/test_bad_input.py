@@ -277,8 +277,9 @@ def test_data_error_with_two_ranks_is_printed_once(bad_id_dataset, tmp_path, fou
 
 @pytest.mark.multirank
 def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
-    """Rank 1 of a 2-rank main.py run is stopped (SIGSTOP) once training is under way: rank 0 waits in its
-    next collective until Horovod gives up on the peer (Gloo timeout, 10 s here), then says so in one line."""
+    """Rank 1 of a 2-rank main.py run on Horovod is stopped (SIGSTOP) once training is under way: rank 0 waits
+    in its next collective until Horovod gives up on the peer (Gloo timeout, 10 s here), then says so in one
+    line. (The MPI backend's own stall message: tests/integration/test_mpi_backend.py.)"""
     from dlrm.train import checkpoint
 
     root = tmp_path / "data"
@@ -287,7 +288,8 @@ def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
     flags = tiny_run_flags(root, tmp_path / "run") + ["--epochs", "50", "--save_checkpoint_path", str(save),
                                                       "--checkpoint_every", "2"]
     started = time.monotonic()
-    proc = start_ranks(2, flags, env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}, result_dir=str(tmp_path))
+    proc = start_ranks(2, flags, env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "10"}, result_dir=str(tmp_path),
+                       backend="horovod")
     try:
         assert wait_until(lambda: checkpoint.find_checkpoint(str(save)) is not None or proc.poll() is not None,
                          timeout=150), "no checkpoint within 150 s"

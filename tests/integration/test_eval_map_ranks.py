@@ -15,6 +15,7 @@ import pytest
 from dlrm.train.metrics_log import read_metrics
 from tests.support.displays import brute_force_auc, brute_force_map, read_predictions, write_display_dataset
 from tests.support.multirank import run_ranks, run_single, scratch_dir
+from tests.support.processes import rank_lines
 
 MODEL = ["--embedding_dim", "4", "--bottom_mlp_dims", "8-4", "--top_mlp_dims", "8-1", "--valid_batch_size", "50",
          "--intra_op_threads", "1"]
@@ -76,6 +77,6 @@ def test_an_unwritable_predictions_path_is_one_message_from_two_ranks_before_eva
     assert len(errors) == 1, output[-3000:]
     assert errors[0].endswith(f"error: cannot write the predictions file {path} (--predictions_path): "
                               f"No such file or directory (ENOENT)"), errors
-    ranks_output = [line for line in output.splitlines() if re.match(r"\[\d+\]<std(out|err)>:", line)]
-    assert ranks_output and not any("Traceback" in line for line in ranks_output)  # horovodrun's own is not ours
+    ranks_output = rank_lines(output)
+    assert ranks_output and not any("Traceback" in text for _, text in ranks_output)  # horovodrun's own is not ours
     assert "checked every value" not in output  # refused before the data check and the checkpoint

@@ -24,7 +24,7 @@ import pytest
 from tests.support.hybrid import CARDINALITIES, train_flags
 from tests.support.multirank import finish, run_ranks, scratch_dir, start_ranks, worker_argv
 from tests.support.processes import alive as _alive
-from tests.support.processes import rank_pids, wait_until
+from tests.support.processes import rank_lines, rank_pids, wait_until
 
 DEADLINE_SECONDS = 15  # DLRM_COLLECTIVE_TIMEOUT_SECONDS (and the step deadline) of the stalled launches
 BOUND_SECONDS = DEADLINE_SECONDS + 30  # deadline, one step, mpirun ending the other ranks (loaded machine)
@@ -67,7 +67,7 @@ def test_a_stopped_rank_is_named_and_the_job_ends_within_the_deadline():
     pids = [r["pid"] for r in run.results.values()]
     gone = _all_gone(pids)
     assert not run.timed_out and run.returncode != 0, run.stderr[-3000:]
-    lines = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("error:")]
+    lines = [text for _, text in rank_lines(run.stdout + run.stderr) if text.startswith("error:")]
     assert lines and set(lines) <= {f"error: rank {r}: no data from rank 1 in 'after_stop.sizes' within 5 s (rank dead "
                                     f"or stalled); ending the job" for r in (0, 2)}, lines
     assert len(pids) == 3 and gone
@@ -112,7 +112,7 @@ def test_sigusr1_to_one_rank_stops_every_rank_at_one_step_with_a_checkpoint():
         run = finish(proc, timeout=180 + time.monotonic() - started, started=started, result_dir=work)
         _clean_up(pids.values())
     assert not run.timed_out and run.returncode == 128 + signal.SIGUSR1, run.stderr[-3000:]
-    [line] = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    [line] = [text for _, text in rank_lines(run.stderr) if text.startswith("error:")]
     step = int(re.search(r"stopped by SIGUSR1 after step (\d+)", line).group(1))
     assert checkpoint.find_checkpoint(root) == os.path.join(root, f"step_{step:08d}")
 
@@ -159,7 +159,7 @@ def test_sigstop_of_a_rank_mid_training_ends_the_job_naming_it():
     run, _, _, _, _ = _signal_mid_training("mpi_stop_", 3, 2, signal.SIGSTOP,
                                            env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": str(DEADLINE_SECONDS),
                                                 "DLRM_STEP_TIMEOUT_SECONDS": str(DEADLINE_SECONDS)})
-    lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    lines = [text for _, text in rank_lines(run.stderr) if text.startswith("error:")]
     pattern = re.compile(rf"error: rank [01]: no data from rank 2 in '[\w.]+' within {DEADLINE_SECONDS} s "
                          r"\(rank dead or stalled\); ending the job$")
     assert lines and all(pattern.match(line) for line in lines), lines
@@ -174,7 +174,7 @@ def test_a_rank_stopped_in_steady_training_ends_the_job_within_the_step_deadline
     run, seconds, _, _, _ = _signal_mid_training(
         "mpi_steady_stop_", 3, 2, signal.SIGSTOP, checkpoint_every=300, bound=step_deadline + 30,
         env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": str(long_deadline), "DLRM_STEP_TIMEOUT_SECONDS": str(step_deadline)})
-    lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    lines = [text for _, text in rank_lines(run.stderr) if text.startswith("error:")]
     pattern = re.compile(rf"error: rank [01]: no data from rank 2 in '[\w.]+' within {step_deadline} s "
                          r"\(rank dead or stalled\); ending the job$")
     assert lines and all(pattern.match(line) for line in lines), lines

@@ -181,7 +181,8 @@ def test_slurm_sweep_and_collect(slurm_env, tmp_path):
 @pytest.mark.multirank
 @pytest.mark.slow
 def test_local_executor_sweep_without_slurm(tmp_path):
-    """--executor local: one process per point starting horovodrun (slurm/run_single_node.sh)."""
+    """--executor local: one process per point starting the stack's launcher (slurm/run_single_node.sh:
+    mpirun, or horovodrun on the Horovod stack)."""
     spec = write_spec(tmp_path / "sweep.yaml", "local_sweep", [8], [2])
     out = tmp_path / "sweep"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}

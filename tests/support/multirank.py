@@ -8,8 +8,9 @@ directory. A worker calls `write_rank_result(rank, {...})` (JSON, no pickle) and
 results back from `RankRun.results`. On timeout the whole process group is killed and the run is
 reported with `timed_out=True`.
 
-`backend="mpi"` launches the same worker with plain `mpirun -np N --allow-run-as-root --oversubscribe`
-instead, without any HOROVOD_* variable (so the process group's `auto` picks the MPI backend) and with
+`backend="mpi"` launches the same worker with plain `mpirun -np N --allow-run-as-root --oversubscribe
+--tag-output` instead (each rank's lines tagged as horovodrun tags them: `tests.support.processes.rank_lines`
+reads both), without any HOROVOD_* variable (so the process group's `auto` picks the MPI backend) and with
 the MPI backend's collective deadline tightened instead of Horovod's stall detector.
 
 A test that names no backend launches the stack's own: horovodrun where Horovod is installed (the
@@ -40,6 +41,8 @@ HOROVODRUN = str(Path(sys.executable).parent / "horovodrun")
 MPIRUN = shutil.which("mpirun") or "mpirun"
 RESULT_DIR_ENV = "MULTIRANK_RESULT_DIR"
 MPI_ARGS = "--allow-run-as-root --oversubscribe"
+# Plain mpirun tags each rank's lines as horovodrun does ("[1,0]<stderr>:..." vs "[0]<stderr>:...").
+MPIRUN_TAGS = "--tag-output"
 
 RANK_ENV = {
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "5",
@@ -99,7 +102,7 @@ def launch_command(np: int, argv: Sequence[str], mpi: bool = False, backend: Opt
     """The launcher's command line for `np` local ranks running `python argv...`: horovodrun (Gloo, or its
     MPI controller with `mpi`) for the Horovod backend, plain mpirun for the MPI backend."""
     if (backend or STACK_BACKEND) == "mpi":
-        return [MPIRUN, "-np", str(np), *MPI_ARGS.split(), python, *argv]
+        return [MPIRUN, "-np", str(np), *MPI_ARGS.split(), MPIRUN_TAGS, python, *argv]
     transport = ["--mpi", f"--mpi-args={MPI_ARGS}"] if mpi else ["--gloo"]
     return [HOROVODRUN, "-np", str(np), "-H", f"localhost:{np}", *transport, python, *argv]
 

@@ -60,12 +60,27 @@ def wait_until(condition, timeout: float, poll: float = 0.2) -> bool:
     return False
 
 
-RANK_LINE = re.compile(r"^\[(\d+)\]<std(?:err|out)>:(.*)$")
+RANK_LINE = re.compile(r"^\[(?:\d+,)?(\d+)\]<std(?:err|out)>:(.*)$")  # horovodrun: [0]; mpirun --tag-output: [1,0]
+# The launcher's report of the first rank that ended the job: horovodrun's, mpirun's for an exit status, and
+# mpirun's for a signal (reported by horovodrun as 128 + the signal).
+FIRST_EXIT = (re.compile(r"Process (\d+) exit with status code (\d+)"),
+              re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s+(\d+)"),
+              re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)"))
+
+
+def first_exit(output: str) -> tuple:
+    """(rank, exit status) of the first rank whose exit ended the job, as horovodrun or mpirun reports it."""
+    for number, pattern in enumerate(FIRST_EXIT):
+        found = pattern.search(output)
+        if found:
+            rank, status = int(found.group(1)), int(found.group(2))
+            return rank, status + 128 if number == 2 else status
+    raise AssertionError(f"no launcher report of an exiting rank in:\n{output[-3000:]}")
 
 
 def rank_lines(output: str) -> list:
-    """(rank, text) of every line a rank printed under horovodrun (the launcher's own lines excluded:
-    horovodrun itself ends with a traceback of its own whenever a rank exits non-zero)."""
+    """(rank, text) of every line a rank printed under horovodrun or `mpirun --tag-output` (the launcher's own
+    lines excluded: horovodrun itself ends with a traceback of its own whenever a rank exits non-zero)."""
     return [(int(m.group(1)), m.group(2)) for m in map(RANK_LINE.match, output.splitlines()) if m]
 
 
