@@ -26,8 +26,8 @@ test: lint
 test-fast: env
 	$(PY) -m pytest -v -m "not slow" tests
 
-# CI's second lane (`make STACK=horovod test-horovod-lane`, docs/testing.md): on the Horovod stack, the tests that launch ranks (horovodrun, Slurm)
-# and the checkpoints crossing between the two stacks; everything else runs on the current stack.
+# CI's second lane (`make STACK=horovod test-horovod-lane`, docs/testing.md): on the Horovod stack, the
+# tests marked both_stacks (tests/conftest.py); every test runs on the current stack (`make test`).
 test-horovod-lane: lint
 	DLRM_OTHER_STACK_PYTHON="$(abspath $(OTHER_VENV))/bin/python" \
-	  $(PY) -m pytest -v --durations=25 -m "multirank or slurm or both_stacks" tests
+	  $(PY) -m pytest -v --durations=25 -m both_stacks tests

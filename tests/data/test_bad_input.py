@@ -276,6 +276,7 @@ def test_data_error_with_two_ranks_is_printed_once(bad_id_dataset, tmp_path, fou
 
 
 @pytest.mark.multirank
+@pytest.mark.both_stacks
 def test_a_stalled_peer_rank_gives_one_line_not_a_traceback(tmp_path):
     """Rank 1 of a 2-rank main.py run on Horovod is stopped (SIGSTOP) once training is under way: rank 0 waits
     in its next collective until Horovod gives up on the peer (Gloo timeout, 10 s here), then says so in one

@@ -4,8 +4,8 @@ interpreter), and the other way round, and both score the test rows as the train
 evaluation did (the predictions file, row by row).
 
 The model is the hybrid-parallel tests' (tests/support/hybrid.py): one-hot and multi-hot tables in every
-sharded layout, so the 3-rank plan reshards every table the 2-rank run wrote. DLRM, DCNv2 and Wide & Deep
-(with crosses) one way; DLRM and Wide & Deep the other way.
+sharded layout, so the other world size's plan reshards every table. DLRM and Wide & Deep (with crosses)
+from 2.15 to 2.21, DCNv2 from 2.21 to 2.15: each model once, both directions, multi-hot tables in each.
 
 Runs in CI's Horovod lane (`make STACK=horovod test-horovod-lane`), which sets DLRM_OTHER_STACK_PYTHON to
 the current stack's interpreter; elsewhere it is skipped with that reason.
@@ -51,11 +51,9 @@ def launch(stack: tuple, argv: list) -> None:
 @pytest.mark.multirank
 @pytest.mark.parametrize("model,writer,reader", [
     ("dlrm", HOROVOD_STACK, CURRENT_STACK),
-    (DCNV2, HOROVOD_STACK, CURRENT_STACK),
     (hybrid.WIDEDEEP, HOROVOD_STACK, CURRENT_STACK),
-    ("dlrm", CURRENT_STACK, HOROVOD_STACK),
-    (hybrid.WIDEDEEP, CURRENT_STACK, HOROVOD_STACK),
-], ids=["dlrm-2.15to2.21", "dcnv2-2.15to2.21", "widedeep-2.15to2.21", "dlrm-2.21to2.15", "widedeep-2.21to2.15"])
+    (DCNV2, CURRENT_STACK, HOROVOD_STACK),
+], ids=["dlrm-2.15to2.21", "widedeep-2.15to2.21", "dcnv2-2.21to2.15"])
 def test_a_checkpoint_from_one_stack_scores_the_same_on_the_other(model, writer, reader):
     work = scratch_dir(f"cross_stack_{model}_")
     dataset = hybrid.shared_dataset()

@@ -103,9 +103,13 @@ def assert_plan_has_every_kind(base: str, world: int) -> None:
 # One horovodrun launch per (world size, controller), shared by both tests below; the 2-rank Gloo
 # launch also restores the 3-rank checkpoint (world-size change).
 # The MPI backend (mpi4py under plain mpirun) at 2 and 3 ranks beside Horovod's launches.
+# The Gloo launches also run in CI's Horovod lane (both_stacks; tests/conftest.py).
 EVERY_LAUNCH = pytest.mark.parametrize("world,mpi,backend", [
-    (3, False, "horovod"), (2, False, "horovod"), (2, True, "horovod"), (3, False, "mpi"), (2, False, "mpi")],
-    ids=["gloo-3", "gloo-2", "mpi-2", "mpi4py-3", "mpi4py-2"])
+    pytest.param(3, False, "horovod", marks=pytest.mark.both_stacks, id="gloo-3"),
+    pytest.param(2, False, "horovod", marks=pytest.mark.both_stacks, id="gloo-2"),
+    pytest.param(2, True, "horovod", id="mpi-2"),
+    pytest.param(3, False, "mpi", id="mpi4py-3"),
+    pytest.param(2, False, "mpi", id="mpi4py-2")])
 
 
 def checked_launch(world: int, mpi: bool, backend: str = "horovod"):
@@ -162,7 +166,7 @@ def test_three_ranks_stay_within_float_rounding_of_one_process_for_40_steps():
 
 @pytest.mark.multirank
 @pytest.mark.slow
-@pytest.mark.parametrize("world", [3, 4])
+@pytest.mark.parametrize("world", [pytest.param(3, marks=pytest.mark.both_stacks), 4])
 def test_the_same_command_twice_gives_the_same_bits(world):
     assert_same_bits(repro_run(world, "first"), repro_run(world, "second"))
 

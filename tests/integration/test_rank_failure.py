@@ -26,6 +26,7 @@ FAILURE_BOUND_SECONDS = 45.0
 
 @pytest.mark.multirank
 @pytest.mark.slow
+@pytest.mark.both_stacks
 def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable():
     from dlrm.data.synthetic.generator import generate_dataset
     from dlrm.train import checkpoint

@@ -14,6 +14,8 @@ from dlrm.errors import EnvironmentProblem
 from tests.support.multirank import skip_without_horovod
 from tests.support.processes import own_lines
 
+pytestmark = pytest.mark.both_stacks  # the backend choice and its messages depend on what the stack installs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

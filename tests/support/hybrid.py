@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from dlrm.embedding.optimizer_slots import slots_for_optimizer
-from tests.support.multirank import memoised, run_ranks, run_single, scratch_dir, worker_argv
+from tests.support.multirank import STACK_BACKEND, memoised, run_ranks, run_single, scratch_dir, worker_argv
 
 # Tables: 0 row-sliced (1500 rows > budget of 1300 rows), 1 column-sliced (300 > 250 rows),
 # those of <= 6 rows replicated, the rest table-wise. Row = DIM float32 = 32 bytes.
@@ -105,8 +105,11 @@ def launch_optimizers(mpi: bool, backend: str = "horovod", world: int = 2) -> li
     return ["adagrad"] if mpi else [*OPTIMIZERS, WIDEDEEP]
 
 
-def launch(world: int, mpi: bool = False, restore_from: str | None = None, backend: str = "horovod"):
-    """Train (and maybe restore) on `world` ranks; returns (RankRun, output directory)."""
+def launch(world: int, mpi: bool = False, restore_from: str | None = None, backend: str | None = None):
+    """Train (and maybe restore) on `world` ranks (`backend`: the stack's by default); returns (RankRun, output
+    directory)."""
+    backend = backend or STACK_BACKEND
+
     def go():
         base = scratch_dir(f"hybrid_{'mpi4py' if backend == 'mpi' else 'mpi' if mpi else 'gloo'}{world}_")
         argv = worker_argv("hybrid_parallel", "ranks", base, shared_dataset(),
