@@ -191,8 +191,11 @@ def repro_command(base: str) -> list:
             "--keep_checkpoints", "2"]
 
 
-def repro_run(world: int, label: str, env: dict | None = None, backend: str = "horovod") -> str:
-    """One memoised, checked launch of `repro_command` on `world` ranks; returns its output directory."""
+def repro_run(world: int, label: str, env: dict | None = None, backend: str | None = None) -> str:
+    """One memoised, checked launch of `repro_command` on `world` ranks (`backend`: the stack's by default);
+    returns its output directory."""
+    backend = backend or STACK_BACKEND
+
     def go():
         base = scratch_dir(f"repro{world}_{backend}_{label}_")
         run_ranks(world, repro_command(base), env=env, timeout=180, backend=backend).check()
