@@ -81,7 +81,7 @@ finish() {
 log "installing ${requirements[0]##*/} (the $stack stack)"
 "${pip[@]}" install -r "${requirements[0]}"
 if [ "$stack" = current ]; then
-  "${pip[@]}" install --no-deps -r "$root/requirements-nodeps.txt"
+  "${pip[@]}" install --no-deps -r "${requirements[1]}"
   finish
 fi
 
