@@ -36,6 +36,7 @@ import pytest
 
 from dlrm.dist.launcher import installed
 from tests.support import ROOT
+from tests.support.processes import whole_tagged_lines
 
 HOROVODRUN = str(Path(sys.executable).parent / "horovodrun")
 MPIRUN = shutil.which("mpirun") or "mpirun"
@@ -143,9 +144,9 @@ def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: s
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
-    return RankRun(returncode=proc.returncode, stdout=stdout, stderr=stderr,
-                   elapsed=time.monotonic() - started, timed_out=timed_out, result_dir=result_dir,
-                   results=read_rank_results(result_dir))
+    return RankRun(returncode=proc.returncode, stdout=whole_tagged_lines(stdout),
+                   stderr=whole_tagged_lines(stderr), elapsed=time.monotonic() - started, timed_out=timed_out,
+                   result_dir=result_dir, results=read_rank_results(result_dir))
 
 
 def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 240,

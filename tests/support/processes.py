@@ -78,6 +78,28 @@ def first_exit(output: str) -> tuple:
     raise AssertionError(f"no launcher report of an exiting rank in:\n{output[-3000:]}")
 
 
+MPIRUN_TAG = re.compile(r"(\[\d+,\d+\]<std(?:out|err|diag)>:)")
+
+
+def whole_tagged_lines(output: str) -> str:
+    """`mpirun --tag-output`'s output with every rank's line whole and tagged once.
+
+    mpirun tags each write a rank makes, not each line: a line written in two writes (`print` writes its
+    text, then the newline) can come out as "[1,0]<stderr>:text[1,1]<stderr>:...\n[1,0]<stderr>:\n". The
+    launcher's own (untagged) lines are kept where they come; a rank's line where its newline comes."""
+    pieces = MPIRUN_TAG.split(output)
+    whole = [pieces[0]]
+    partial: dict = {}
+    for tag, text in zip(pieces[1::2], pieces[2::2]):
+        head, newline, launcher_text = text.partition("\n")
+        partial[tag] = partial.get(tag, "") + head
+        if newline:
+            whole.append(f"{tag}{partial.pop(tag)}\n")
+        whole.append(launcher_text)
+    whole.extend(f"{tag}{text}\n" for tag, text in partial.items())
+    return "".join(whole)
+
+
 def rank_lines(output: str) -> list:
     """(rank, text) of every line a rank printed under horovodrun or `mpirun --tag-output` (the launcher's own
     lines excluded: horovodrun itself ends with a traceback of its own whenever a rank exits non-zero)."""
