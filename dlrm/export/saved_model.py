@@ -22,9 +22,9 @@ from dlrm.data.format.feature_spec import SPEC_FILE_NAME
 from dlrm.export.fits import check_fits_one_host
 from dlrm.export.inputs import ServingLayout
 from dlrm.export.onnx_model import check_onnx_size, write_onnx
-from dlrm.export.output_dir import check_target, staged
 from dlrm.export.serving import serving_module
 from dlrm.export.source import describe, load_source
+from dlrm.output_dir import OutputDir
 from dlrm.train.build import parts_for_spec
 from dlrm.train.checkpoint.restore import restore
 
@@ -43,11 +43,20 @@ class ExportResult:
     seconds: float
 
 
-def export(cfg: ExportConfig, log: Callable[[str], None] = print) -> ExportResult:
-    """Write the SavedModel of checkpoint `cfg.checkpoint` to `cfg.out`; raises ExportError / CheckpointError /
-    SpecError with one message (checked in this order: output, checkpoint, feature spec, size)."""
+def saved_model_dir(out: str, flag: str = "--out") -> OutputDir:
+    """A SavedModel's output directory: `python -m dlrm.export --out` (which has --overwrite) or
+    `main.py --saved_model_output_path` (which has not)."""
+    overwrite_flag = "--overwrite" if flag == "--out" else None
+    return OutputDir(out, flag, "SavedModel", "saved_model.pb", overwrite_flag=overwrite_flag)
+
+
+def export(cfg: ExportConfig, log: Callable[[str], None] = print, flag: str = "--out") -> ExportResult:
+    """Write the SavedModel of checkpoint `cfg.checkpoint` to `cfg.out` (given as `flag`); raises OutputDirError /
+    ExportError / CheckpointError / SpecError with one message (checked in this order: output, checkpoint,
+    feature spec, size)."""
     started = time.perf_counter()
-    check_target(cfg.out, cfg.overwrite)
+    output = saved_model_dir(cfg.out, flag)
+    output.check(cfg.overwrite)
     source = load_source(cfg.checkpoint, cfg.dataset_dir)
     model_cfg = source.config.model
     contract = contract_from_spec(source.spec, model_cfg.embedding_dim, model_cfg.combiner)
@@ -56,10 +65,10 @@ def export(cfg: ExportConfig, log: Callable[[str], None] = print) -> ExportResul
         check_onnx_size(need)
     layout = ServingLayout(contract)
     parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False)
-    restore(parts, source.directory, training=False)
+    restore(parts, source.directory, training=False, verified=True)
     module = serving_module(parts.model, layout)
     onnx_path = None
-    with staged(cfg.out, cfg.overwrite) as tmp:
+    with output.staged(cfg.overwrite) as tmp:
         tf.saved_model.save(module, tmp, signatures={SIGNATURE: module.serve.get_concrete_function()})
         assets = os.path.join(tmp, "assets")
         os.makedirs(assets, exist_ok=True)

@@ -16,7 +16,7 @@ from dlrm.train import checkpoint
 
 @dataclass(frozen=True)
 class ExportSource:
-    directory: str  # the complete step_* directory
+    directory: str  # the complete step_* directory, verified
     step: int
     world_size: int  # of the run that wrote it
     config: Config  # the training configuration, set up for one process in eval mode
@@ -49,10 +49,8 @@ def load_source(path: str, dataset_dir: Optional[str] = None) -> ExportSource:
     """The checkpoint at `path` with its configuration and the feature spec of `dataset_dir` (default: the
     dataset the checkpoint's run trained on)."""
     directory = find_checkpoint_dir(path)
-    try:
-        meta = checkpoint.read_meta(directory)
-    except (OSError, ValueError) as error:
-        raise ExportError(f"{directory}/{checkpoint.META} cannot be read: {error}") from None
+    checkpoint.check_share(directory, rank=0, size=1)  # every file, before anything of it is used
+    meta = checkpoint.read_meta(directory)
     if not isinstance(meta.get("config"), dict):
         raise ExportError(f"{directory}/{checkpoint.META} records no training configuration (a checkpoint of an "
                           f"older version): the model cannot be rebuilt from it")

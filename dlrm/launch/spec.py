@@ -28,6 +28,7 @@ from typing import List, Optional, Sequence
 
 import yaml
 
+from dlrm import strict_yaml
 from dlrm.errors import UserError
 
 GRID_AXES = ("dataset", "embedding_dim", "world_size", "max_steps")
@@ -203,7 +204,7 @@ def parse_spec(data, source: str) -> SweepSpec:
 def load_spec(path: str) -> SweepSpec:
     try:
         with open(path) as f:
-            data = yaml.safe_load(f)
+            data = strict_yaml.load(f)
     except OSError as error:
         raise SpecError(f"{path}: cannot read the sweep spec: {error}") from None
     except yaml.YAMLError as error:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from typing import Callable, Generator, Optional
+from typing import Callable, Generator, Optional, Tuple
 
 import numpy as np
 
 from dlrm.data.format.errors import MappingTooSmall
 from dlrm.train import stopping
 from dlrm.train.build import Parts, make_reader
-from dlrm.train.checkpoint.restore import restore, restore_source
+from dlrm.train.checkpoint.restore import restore, training_source
 from dlrm.train.checkpoint.saving import Checkpoints, non_finite_error
 from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.evaluation import evaluate
@@ -107,14 +107,15 @@ def training_batches(reader, step: int, steps_per_epoch: int) -> Generator:
                 yield batch
 
 
-def _resume(parts: Parts, source: Optional[str], log: MetricsLog) -> int:
-    """The step to continue after: the restored checkpoint's, or 0 without one."""
+def _resume(parts: Parts, log: MetricsLog) -> Tuple[Optional[str], int]:
+    """The checkpoint restored (`training_source`) and the step to continue after, or (None, 0) without one."""
+    source, verified = training_source(parts, log.message)
     if not source:
-        return 0
-    meta = restore(parts, source, training=True)
+        return None, 0
+    meta = restore(parts, source, training=True, verified=verified)
     step = int(meta["step"])
     log.message(f"restored {source} (step {step}, written by {meta['world_size']} rank(s))")
-    return step
+    return source, step
 
 
 def _stop(agreed: stopping.StopAgreed, step: int, checkpoints: Checkpoints, log: MetricsLog) -> BaseException:
@@ -154,8 +155,7 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     steps_per_epoch = len(reader)
     schedule.set_steps_per_epoch(steps_per_epoch)
     total_steps = cfg.max_steps or math.ceil(cfg.epochs * steps_per_epoch)
-    source = restore_source(cfg)
-    step = _resume(parts, source, log)
+    source, step = _resume(parts, log)
     checkpoints = Checkpoints(parts, steps_per_epoch, log, last=source, last_step=step if source else None)
     log.start(total_steps, step)
     _log_skipped_rows(reader, step, parts, log)

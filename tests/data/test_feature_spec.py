@@ -96,6 +96,28 @@ def test_load_errors_name_the_file(tmp_path):
         FeatureSpec.criteo_like([3]).validate(check_files=False, mappings=["valid"])
 
 
+@pytest.mark.parametrize("where", ["a feature", "a feature's field", "a section"])
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path, where):
+    """PyYAML keeps the last of two equal keys; a spec edited by hand must not lose a feature silently."""
+    text = yaml.safe_dump(FeatureSpec.criteo_like([3, 4]).to_dict(), sort_keys=True)
+    lines = text.splitlines()
+    if where == "a feature":
+        first = next(i for i, line in enumerate(lines) if line.startswith("  cat_1:"))
+        duplicate = [lines[first], lines[first + 1], lines[first + 2]]
+    elif where == "a feature's field":
+        first = next(i for i, line in enumerate(lines) if line.startswith("    cardinality: 4"))
+        duplicate = ["    cardinality: 40"]
+    else:
+        first = next(i for i, line in enumerate(lines) if line.startswith("metadata:"))
+        duplicate = [lines[first]]
+    at = first + len(duplicate) if where != "a feature's field" else first + 1
+    (tmp_path / "feature_spec.yaml").write_text("\n".join(lines[:at] + duplicate + lines[at:]) + "\n")
+    assert yaml.safe_load((tmp_path / "feature_spec.yaml").read_text())  # PyYAML alone accepts it
+    with pytest.raises(SpecError, match=rf"(?s)feature_spec\.yaml.*given twice in one mapping \(lines {first + 1} and "
+                                        rf"{at + 1}\)"):
+        FeatureSpec.load(str(tmp_path))
+
+
 def mixed_spec(**kwargs) -> FeatureSpec:
     """One-hot, multi-hot, numerical and a group id: the shape of NVIDIA's multi-hot feature specs."""
     return FeatureSpec.criteo_like([5, 300], num_numerical=2, mappings=["train"],

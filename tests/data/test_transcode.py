@@ -138,3 +138,32 @@ def test_transcode_refuses_an_empty_csv(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"file {tmp_path / 'test.csv'}: the CSV file is empty: no rows for mapping 'test'" in run.stderr
     assert not (out / "feature_spec.yaml").exists() and not (out / "test" / "label.bin").exists()
+
+
+def test_output_holding_a_dataset_is_replaced_only_with_overwrite_and_never_mixed(tmp_path):
+    """Before: an existing dataset was overwritten silently, its other files (ground_truth.npz) left mixed
+    with the new ones, and an --output naming a file ended in a FileExistsError traceback."""
+    write_csv(tmp_path / "train.csv", *rows(20, 1))
+    write_csv(tmp_path / "test.csv", *rows(10, 2))
+    spec_path = csv_spec(tmp_path, {"train": ["train.csv"], "test": ["test.csv"]})
+    out = tmp_path / "bin"
+
+    def run(output, *flags):
+        return subprocess.run([sys.executable, "-m", "dlrm.data.transcode", "--input", spec_path, "--output",
+                               str(output), *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+    assert run(out).returncode == 0
+    (out / "ground_truth.npz").write_bytes(b"an earlier dataset's file")
+    before = (out / "feature_spec.yaml").read_bytes()
+    again = run(out)
+    assert (again.returncode, again.stderr) == (1, f"error: --output {out} already holds a dataset: pass --overwrite "
+                                                   f"to replace it, or choose another directory\n")
+    assert (out / "feature_spec.yaml").read_bytes() == before and (out / "ground_truth.npz").exists()
+    assert run(out, "--overwrite").returncode == 0
+    assert not (out / "ground_truth.npz").exists() and FeatureSpec.load(str(out)).validate()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("bin")) == ["bin"]  # nothing left aside
+    for target, message in [(tmp_path / "train.csv", "exists and is not a directory"),
+                            (tmp_path, "is a non-empty directory that holds no dataset (no feature_spec.yaml): "
+                                       "choose a new or empty directory")]:
+        refused = run(target, "--overwrite")
+        assert (refused.returncode, refused.stderr) == (1, f"error: --output {target} {message}\n")

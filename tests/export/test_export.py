@@ -131,15 +131,36 @@ def test_refusals_one_message_each(capsys, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["missing_piece", "unfinished"]  # no output, no temporary directory
 
 
-def test_output_directory_refused_unless_overwrite(capsys, tmp_path):
+def test_output_directory_refused_unless_overwrite_which_replaces_only_a_saved_model(capsys, tmp_path):
     base, _ = one_rank()
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "old").write_text("x")
-    assert "pass --overwrite" in _refused(capsys, "--checkpoint", f"{base}/ckpt", "--out", str(out))
+    assert run_main(export_checkpoint, ["--checkpoint", f"{base}/ckpt", "--out", str(out)]) == 0
+    (out / "stale").write_text("x")  # a file of the earlier output that the new one does not have
+    assert _refused(capsys, "--checkpoint", f"{base}/ckpt", "--out", str(out)) == (
+        f"error: --out {out} already holds a SavedModel: pass --overwrite to replace it, or choose another directory\n")
     assert run_main(export_checkpoint, ["--checkpoint", f"{base}/ckpt", "--out", str(out), "--overwrite"]) == 0
-    assert sorted(os.listdir(out)) == ["assets", "fingerprint.pb", "saved_model.pb", "variables"]
+    assert sorted(os.listdir(out)) == ["assets", "fingerprint.pb", "saved_model.pb", "variables"]  # nothing mixed
     assert [p for p in os.listdir(tmp_path) if p != "out"] == []  # no temporary directory left
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert _refused(capsys, "--checkpoint", f"{base}/ckpt", "--out", str(mine), "--overwrite") == (
+        f"error: --out {mine} is a non-empty directory that holds no SavedModel (no saved_model.pb): choose a new "
+        f"or empty directory\n")
+    assert (mine / "notes.txt").read_text() == "mine"
+    assert _refused(capsys, "--checkpoint", f"{base}/ckpt", "--out", str(mine / "notes.txt")) == (
+        f"error: --out {mine / 'notes.txt'} exists and is not a directory\n")
+
+
+def test_the_trainer_refuses_an_existing_saved_model_output_path_before_training(tmp_path):
+    from dlrm.export.after_training import ExportAfterTraining
+    from dlrm.output_dir import OutputDirError
+
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "saved_model.pb").write_text("")
+    with pytest.raises(OutputDirError, match=r"^--saved_model_output_path \S+ already holds a SavedModel: choose "
+                                             r"another directory, or remove it first$"):
+        ExportAfterTraining(str(tmp_path / "served")).check()
 
 
 def test_trainer_export_flag_needs_a_checkpoint_path():

@@ -104,6 +104,10 @@ def test_spec_errors_name_the_file_and_the_key(tmp_path):
     bad.write_text("grid:\n  dataset: [{name: x, path: /d}]\n  batch: [1]\n")
     with pytest.raises(SpecError, match=r"bad\.yaml: grid: unknown axes \['batch'\]"):
         load_spec(str(bad))
+    bad.write_text("grid:\n  dataset: [{name: x, path: /d}]\n  embedding_dim: [8]\n  embedding_dim: [16]\n")
+    with pytest.raises(SpecError, match=r"bad\.yaml: not valid YAML: key 'embedding_dim' is given twice in one "
+                                        r"mapping \(lines 3 and 4\)"):
+        load_spec(str(bad))
 
 
 def test_world_size_layout_over_nodes():

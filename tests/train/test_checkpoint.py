@@ -10,6 +10,7 @@ from dlrm.dist import single_process
 from dlrm.embedding.base import TablePiece
 from dlrm.train import checkpoint as ckpt
 from dlrm.train.checkpoint import CheckpointError
+from tests.support.damage import as_format_2
 
 SINGLE = single_process()  # a world of one, without Horovod
 
@@ -108,6 +109,10 @@ def test_read_region_refuses_an_uncovered_region(tmp_path):
     values = _tables(5)
     _save(str(tmp_path), 1, {}, _pieces({"value": values}, SLICED))
     os.remove(tmp_path / "step_00000001/embedding/cat_1/value/r4-7_c0-4.npy")
+    with pytest.raises(CheckpointError, match=r"step_00000001/embedding/cat_1/value/r4-7_c0-4\.npy \(table 'cat_1', "
+                                              r"slot 'value', piece r4-7_c0-4\) cannot be read: No such file"):
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), **ONE_PROCESS)
+    as_format_2(str(tmp_path / "step_00000001"))  # no manifest to list the file: the pieces do not cover the table
     with pytest.raises(CheckpointError, match="cover 16 of the 28 cells"):
         ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), **ONE_PROCESS)
 
@@ -179,7 +184,12 @@ def test_pickled_arrays_are_refused(tmp_path):
     _save(str(tmp_path), 1, {}, _pieces({"value": _tables(1)}, WHOLE))
     target = tmp_path / "step_00000001/embedding/cat_0/value/r0-10_c0-4.npy"
     np.save(target, np.array([{"evil": 1}] * 10, dtype=object).reshape(10, 1), allow_pickle=True)
-    with pytest.raises(CheckpointError, match="r0-10_c0-4.npy: not a plain numeric .npy array"):
+    with pytest.raises(CheckpointError, match=r"r0-10_c0-4\.npy \(table 'cat_0', slot 'value', piece r0-10_c0-4\) has "
+                                              r"\d+ bytes, the manifest says 288"):
+        ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), **ONE_PROCESS)
+    as_format_2(str(tmp_path / "step_00000001"))  # no manifest: the header alone refuses it, nothing is unpickled
+    with pytest.raises(CheckpointError, match=r"r0-10_c0-4\.npy \(table 'cat_0', slot 'value', piece r0-10_c0-4\) is "
+                                              r"not a plain numeric \.npy array \(it holds Python objects\)"):
         ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, _zero_pieces(["value"], WHOLE), **ONE_PROCESS)
 
 

@@ -301,5 +301,6 @@ def test_a_piece_missing_on_one_rank_stops_both_ranks_at_restore_with_one_messag
     run = run_ranks(2, worker_argv("checkpoint_dir", "restore", root), timeout=120).check()
     assert run.results[0] == {"outcome": "PeerRankFailed", "message": PeerRankFailed(1).args[0], "printed": None}
     assert run.results[1]["outcome"] == "CheckpointError"
-    assert re.match(r"^error: rank 1: checkpoint .* has no slot 'value' for table 't1' .*\(host .*\)$",
+    assert re.match(r"^error: rank 1: checkpoint \S+ is damaged: \S+/t1/value/r0-4_c0-64\.npy \(table 't1', "
+                    r"slot 'value', piece r0-4_c0-64\) cannot be read: No such file or directory \(host .*\)$",
                     run.results[1]["printed"]), run.results[1]

@@ -54,6 +54,7 @@ def to_format_1(step_dir):
     assert shape.pop("num_numerical") == 13 and {t["dim"] for t in tables} == {8}
     shape.update(table_sizes=[t["rows"] for t in tables], embedding_dim=8)
     meta["format_version"] = 1
+    os.remove(os.path.join(step_dir, checkpoint.MANIFEST))  # format 1 had none
     with open(os.path.join(step_dir, checkpoint.META), "w") as f:
         json.dump(meta, f)
 
@@ -62,7 +63,7 @@ def test_checkpoint_layout_names_the_tables(reference):
     root, half_way = reference
     meta = checkpoint.read_meta(half_way)
     names = [f"cat_{i}" for i in range(26)]
-    assert meta["format_version"] == 2 and meta["table_names"] == names
+    assert meta["format_version"] == 3 and meta["table_names"] == names
     assert [t["name"] for t in meta["model_shape"]["tables"]] == names and meta["model_shape"]["num_numerical"] == 13
     assert {(t["dim"], t["hotness"], t["combiner"]) for t in meta["model_shape"]["tables"]} == {(8, 1, "sum")}
     assert sorted(os.listdir(os.path.join(half_way, "embedding"))) == sorted(names)

@@ -13,7 +13,7 @@ from dlrm.cli import parse_config
 from dlrm.data.format.errors import DataError
 from dlrm.data.reader.reader import BatchReader
 from dlrm.dist import single_process
-from dlrm.train import checkpoint
+from dlrm.train import checkpoint, loop
 from dlrm.train.build import build_parts, configure_tensorflow, make_reader
 from dlrm.train.checkpoint import saving
 from dlrm.train.dataset import prepare_dataset
@@ -21,6 +21,7 @@ from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.modes import run
 from dlrm.train.step import make_train_step
+from tests.support.damage import as_format_2
 from tests.support.runs import SMALL
 
 ONE = single_process()  # a world of one, without Horovod
@@ -112,17 +113,25 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_pa
 
 @pytest.mark.parametrize("poisoned, check", [("weights", "training loss is nan"),
                                              ("adam_m", "weights are NaN/inf")])
-def test_both_divergence_checks_give_one_message(synthetic_dir, tmp_path, poisoned, check):
+def test_both_divergence_checks_give_one_message(synthetic_dir, tmp_path, monkeypatch, poisoned, check):
     """Each check forced in turn, on any CPU: a NaN weight makes the next loss NaN; a NaN Adam moment
-    leaves the loss finite but makes the weights NaN, found before the next checkpoint."""
+    leaves the loss finite but makes the weights NaN, found before the next checkpoint. The NaN is put in
+    after the restore (a checkpoint holding one is refused: tests/train/test_verified_checkpoints.py)."""
     ckpt_dir = tmp_path / "ckpt"
     flags = ["--optimizer", "adam", "--learning_rate", "0.01", "--checkpoint_every", "1",
              "--save_checkpoint_path", str(ckpt_dir)]
     _run(synthetic_dir, tmp_path, "--max_steps", "2", *flags)
-    dense = ckpt_dir / "step_00000002" / "dense"
-    suffix = ".m.npy" if poisoned == "adam_m" else "bias.npy"  # the last bias adds to the logit directly
-    target = sorted(name for name in os.listdir(dense) if name.endswith(suffix))[-1]
-    np.save(dense / target, np.full_like(np.load(dense / target), np.nan))
+    suffix = ".m" if poisoned == "adam_m" else "bias"  # the last bias adds to the logit directly
+    restore = loop.restore
+
+    def restore_then_poison(parts, source, training, verified=False):
+        meta = restore(parts, source, training, verified)
+        dense = parts.checkpoint_variables(with_optimizer=True)[0]
+        target = dense[sorted(key for key in dense if key.endswith(suffix))[-1]]
+        target.assign(tf.fill(target.shape, tf.constant(np.nan, target.dtype)))
+        return meta
+
+    monkeypatch.setattr(loop, "restore", restore_then_poison)
     with pytest.raises(saving.NonFiniteLossError) as error:
         _run(synthetic_dir, tmp_path, "--max_steps", "4", *flags)
     match = DIVERGED.match(str(error.value))
@@ -271,7 +280,9 @@ def test_resuming_with_another_global_batch_size_is_refused(synthetic_dir, tmp_p
     assert (f"checkpoint {ckpt_dir}/step_00000002 was written with --global_batch_size 512, this run uses 256"
             in str(error.value)) and "Resume with --global_batch_size 512" in str(error.value)
 
-    # A checkpoint from before the field: its saved configuration still tells; with neither it is accepted.
+    # A checkpoint from before the field (and the manifest): its saved configuration still tells; with neither it
+    # is accepted.
+    as_format_2(os.path.dirname(meta_path))
     meta = checkpoint.read_meta(os.path.dirname(meta_path))
     del meta["reader"]["global_batch_size"]
     _write_json(meta_path, meta)

@@ -5,6 +5,11 @@
         FILE exists (the test starts a second run meanwhile).
     python -m tests.workers.checkpoint_dir save ROOT ROWS_OF_RANK_1
         save_checkpoint step 1, then step 2 where rank 1 stores a ROWS x 64 float32 piece.
+    python -m tests.workers.checkpoint_dir restore ROOT
+        save step 1, delete rank 1's piece, restore.
+    python -m tests.workers.checkpoint_dir damage ROOT
+        for each damage of `tests.support.damage.cases()`: save a checkpoint with dense variables and an
+        optimizer slot under ROOT/<kind>-<way>, damage it (rank 0), restore; reports {"cases": {case: outcome}}.
 
 Each rank reports {"outcome": "ok" | error class name, "message", "lock_held", "pid"} via write_rank_result.
 """
@@ -73,9 +78,35 @@ def _restore(args, comm) -> dict:
     return {}
 
 
+def _damage(args, comm) -> dict:
+    import tensorflow as tf
+
+    from tests.support.damage import cases, damage
+
+    def variables():
+        table = TablePiece(comm.rank, 0, 4, 0, 64)
+        dense = {"d000_kernel": tf.Variable(np.ones((3, 5), np.float32))}
+        return dense, [(table, {slot: tf.Variable(np.ones((4, 64), np.float32)) for slot in ("value", "accumulator")})]
+
+    meta = {"model_shape": {"tables": [{"name": name, "rows": 4, "dim": 64} for name in TABLE_NAMES]}}
+    outcomes = {}
+    for kind, way in cases():
+        path = checkpoint.save_checkpoint(os.path.join(args.root, f"{kind}-{way}"), 1, *variables(), meta,
+                                          group=comm, table_names=TABLE_NAMES)
+        if comm.rank == 0:
+            damage(path, kind, way)
+        comm.barrier()
+        try:
+            checkpoint.restore_checkpoint(path, *variables(), group=comm, table_names=TABLE_NAMES)
+            outcomes[f"{kind}-{way}"] = {"outcome": "ok"}
+        except UserError as error:
+            outcomes[f"{kind}-{way}"] = {"outcome": type(error).__name__, "message": str(error)}
+    return {"cases": outcomes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["prepare", "save", "restore"])
+    parser.add_argument("mode", choices=["prepare", "save", "restore", "damage"])
     parser.add_argument("root")
     parser.add_argument("root_of_rank_1", nargs="?")
     parser.add_argument("--hold-until")
@@ -83,7 +114,8 @@ def main() -> None:
     args = parser.parse_args()
     comm = dist.start()
     try:
-        report = dict(outcome="ok", **{"prepare": _prepare, "save": _save, "restore": _restore}[args.mode](args, comm))
+        modes = {"prepare": _prepare, "save": _save, "restore": _restore, "damage": _damage}
+        report = dict(outcome="ok", **modes[args.mode](args, comm))
     except UserError as error:
         report = {"outcome": type(error).__name__, "message": str(error),
                   "printed": user_error_text(error, comm.rank, comm.size)}

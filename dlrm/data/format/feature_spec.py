@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import yaml
 
+from dlrm import strict_yaml
 from dlrm.atomic import write_text_atomically
 from dlrm.data.format.errors import SpecError
 from dlrm.data.format.spec_rules import (
@@ -131,7 +132,7 @@ class FeatureSpec:
             path = os.path.join(path, SPEC_FILE_NAME)
         try:
             with open(path, encoding="utf-8") as f:
-                raw = yaml.safe_load(f)
+                raw = strict_yaml.load(f)
         except FileNotFoundError:
             raise SpecError([f"feature spec file {path} does not exist"], path) from None
         except yaml.YAMLError as e:

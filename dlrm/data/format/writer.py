@@ -16,8 +16,15 @@ import numpy as np
 
 from dlrm.data.format.bags import bad_bag_rows, bad_onehot_rows, bag_problem, onehot_problem
 from dlrm.data.format.errors import DataError
-from dlrm.data.format.feature_spec import BinaryChunk, FeatureSpec
+from dlrm.data.format.feature_spec import SPEC_FILE_NAME, BinaryChunk, FeatureSpec
 from dlrm.data.format.spec_rules import LABEL_CHANNEL, MAP_CHANNEL, NUMERICAL_CHANNEL
+from dlrm.output_dir import OutputDir
+
+
+def dataset_dir(path: str, flag: str) -> OutputDir:
+    """A split-binary dataset's output directory (the generator's --out, the transcoder's --output): an
+    earlier dataset is recognised by its feature spec."""
+    return OutputDir(path, flag, "dataset", SPEC_FILE_NAME)
 
 
 class MappingChunks(NamedTuple):

@@ -6,16 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from typing import Optional, Sequence
 
 from dlrm import argtypes
 from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import dataset_dir
 from dlrm.data.synthetic import generator
 from dlrm.data.synthetic.criteo import cap_rows, preset_cardinalities, preset_hotness
 from dlrm.data.synthetic.generator import generate_dataset
 from dlrm.data.synthetic.presets import SYNTHETIC_PRESET_NAMES, is_widedeep_preset
-from dlrm.errors import UserError
 
 DEFAULT_TRAIN_ROWS, DEFAULT_TEST_ROWS = 1_048_576, 131_072
 
@@ -45,26 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cap every table at this many rows (e.g. a small version of a preset's huge tables)")
     argtypes.add_debug_flag(parser)
     return parser
-
-
-class OutputExists(UserError):
-    """The generator would write over something already in --out."""
-
-    on_every_rank = True
-
-
-def check_output_dir(out: str, overwrite: bool) -> None:
-    """Refuse to write into a non-empty --out unless it holds a dataset and --overwrite says to replace it."""
-    if not os.path.isdir(out) or not os.listdir(out):
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise OutputExists(f"--out {out} exists and is not a directory")
-        return
-    if not os.path.exists(os.path.join(out, "feature_spec.yaml")):
-        raise OutputExists(f"--out {out} is a non-empty directory that holds no dataset (no feature_spec.yaml): "
-                           f"choose a new or empty directory")
-    if not overwrite:
-        raise OutputExists(f"--out {out} already holds a dataset: pass --overwrite to replace it, "
-                           f"or choose another directory")
 
 
 def _tables_from_flags(args: argparse.Namespace,
@@ -111,17 +90,8 @@ def _generate(args: argparse.Namespace, parser: argparse.ArgumentParser, out: st
 def generate_from_flags(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    check_output_dir(args.out, args.overwrite)
-    # Written aside and renamed when complete: an interrupted run leaves --out as it was.
-    tmp = f"{os.path.normpath(args.out)}.tmp-{os.getpid()}"
-    try:
+    with dataset_dir(args.out, "--out").staged(args.overwrite) as tmp:
         spec = _generate(args, parser, tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if os.path.isdir(args.out):
-        shutil.rmtree(args.out)  # empty, or a dataset that --overwrite replaces (check_output_dir)
-    os.rename(tmp, args.out)
     meta = spec.metadata
     keys = ("num_rows", "bayes_map_at_12", "bayes_auc", "bayes_logloss", "positive_rate")
     print(json.dumps({"out": os.path.abspath(args.out), **{k: meta[k] for k in keys if k in meta},

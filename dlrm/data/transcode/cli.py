@@ -1,5 +1,5 @@
-"""The command line of the transcoder:
-`python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR [--delimiter ,] [--chunk_rows N]`."""
+"""The command line of the transcoder: `python -m dlrm.data.transcode --input INPUT_SPEC.yaml --output OUT_DIR
+[--overwrite] [--delimiter ,] [--chunk_rows N]`."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import os
 from typing import Optional, Sequence
 
 from dlrm.argtypes import ArgumentParser, add_debug_flag, one_character, positive_int
+from dlrm.data.format.writer import dataset_dir
 from dlrm.data.transcode import convert
 from dlrm.data.transcode.convert import DEFAULT_CHUNK_ROWS, transcode
 
@@ -15,7 +16,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m dlrm.data.transcode", description=convert.__doc__.split("\n")[0])
     parser.add_argument("--input", required=True,
                         help="feature spec (yaml) of the CSV or parquet (NVIDIA Wide & Deep layout) dataset")
-    parser.add_argument("--output", required=True, help="output directory of the split-binary dataset")
+    parser.add_argument("--output", required=True,
+                        help="output directory of the split-binary dataset (new or empty, or see --overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the dataset already in --output (never a directory that holds no dataset)")
     parser.add_argument("--delimiter", type=one_character, default=",",
                         help="CSV field separator, one character (use $'\\t' for TSV; default: ,)")
     parser.add_argument("--chunk_rows", type=positive_int, default=DEFAULT_CHUNK_ROWS,
@@ -26,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def transcode_from_flags(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    spec = transcode(args.input, args.output, args.chunk_rows, args.delimiter)
+    with dataset_dir(args.output, "--output").staged(args.overwrite) as tmp:
+        spec = transcode(args.input, tmp, args.chunk_rows, args.delimiter)
     print(f"wrote {spec.metadata['num_rows']} rows to {os.path.abspath(args.output)}")
     return 0
 

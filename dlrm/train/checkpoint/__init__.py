@@ -3,12 +3,14 @@
 ```
 <root>/latest                                   name of the last complete checkpoint
 <root>/step_00000100/meta.json                  step, world size, reader position, shapes, config
+<root>/step_00000100/manifest.json              every file's size and CRC32 (written last)
 <root>/step_00000100/dense/<key>.npy            data-parallel variables and their slots (rank 0)
 <root>/step_00000100/embedding/<table name>/<slot>/r<row0>-<row1>_c<col0>-<col1>.npy
 ```
 
 Protocol: rank 0 clears a stale `step_X.tmp` and creates it; the ranks agree; every rank writes its
-pieces (rank 0 also the dense variables and meta.json); the ranks agree; rank 0 fsyncs, renames the
+pieces (rank 0 also the dense variables and meta.json); the ranks agree and gather every file's size and
+CRC32, which rank 0 writes to manifest.json; rank 0 fsyncs, renames the
 directory to `step_X`, then replaces `latest` (temp file + rename) and prunes old checkpoints. A
 directory named `step_X` therefore only exists complete, and a kill at any moment leaves the previous
 checkpoint loadable. `latest` that is empty, garbled or points nowhere is ignored in favour of the
@@ -17,6 +19,12 @@ stops with one message (`protocol.raise_agreed`).
 
 A run holds `<root>/lock` (see `prepare_checkpoint_dir`) so two runs never write one directory.
 
+Before anything reads a checkpoint (restore for training, evaluation, inference, export), the ranks verify
+it together (`verify`: every file's size and CRC32 against the manifest, every array finite) and refuse a
+damaged one with one message naming the file; a resuming run falls back to its newest checkpoint that
+verifies (`restore.training_source`). Checkpoints of formats 1 and 2 (no manifest) are checked for
+readable, finite arrays.
+
 Restore fills each *held* piece from the saved pieces of its table (found by the table's name) that
 overlap it, so a checkpoint written by one plan / world size restores into another. Checkpoints of
 format 1 (tables by position, `embedding/t<i>/`) still restore: table i of the model reads `t<i>`.
@@ -24,7 +32,7 @@ format 1 (tables by position, `embedding/t<i>/`) still restore: table i of the m
 
 Modules by job: `files` (names, .npy writing, reading regions), `directory` (lock, writable and space
 checks, publishing, pruning, finding), `protocol` (save / restore / prepare with every rank together),
-`model_shape`; on top of them, for a training run's `Parts`: `saving` (when and what a run saves) and
+`model_shape`, `verify`; on top of them, for a training run's `Parts`: `saving` (when and what a run saves) and
 `restore` (where a run resumes from, and the restore of every mode). Those two import `train.build`,
 which imports this package, so they are imported by module, not from here.
 """
@@ -58,10 +66,11 @@ from dlrm.train.checkpoint.protocol import (
     restore_checkpoint,
     save_checkpoint,
 )
+from dlrm.train.checkpoint.verify import MANIFEST, check_share
 
 __all__ = [
-    "LATEST", "LOCK", "META", "FORMAT_VERSION", "FILE_OVERHEAD_BYTES", "META_BYTES", "CheckpointDirLock",
-    "CheckpointError", "PieceSlots", "check_compatible", "checkpoint_bytes", "complete_checkpoints",
+    "LATEST", "LOCK", "META", "MANIFEST", "FORMAT_VERSION", "FILE_OVERHEAD_BYTES", "META_BYTES", "CheckpointDirLock",
+    "CheckpointError", "check_share", "PieceSlots", "check_compatible", "checkpoint_bytes", "complete_checkpoints",
     "find_checkpoint", "piece_file_name", "prepare_checkpoint_dir", "read_arrays", "read_meta", "read_region",
     "model_shape", "restore_checkpoint", "save_checkpoint", "saved_pieces", "step_dir_name", "table_dir_name",
     "table_records",

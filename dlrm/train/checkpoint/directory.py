@@ -13,7 +13,7 @@ from typing import List, Optional
 
 from dlrm.atomic import describe_os_error, fsync_dir, write_text_atomically
 from dlrm.sizes import format_bytes
-from dlrm.train.checkpoint.files import STEP_DIR, step_dir_name
+from dlrm.train.checkpoint.files import STEP_DIR, CheckpointError, step_dir_name
 
 LATEST = "latest"
 META = "meta.json"
@@ -154,5 +154,14 @@ def find_checkpoint(path: str) -> Optional[str]:
 
 
 def read_meta(checkpoint_dir: str) -> dict:
-    with open(os.path.join(checkpoint_dir, META)) as f:
-        return json.load(f)
+    """The checkpoint's meta.json; a file that cannot be read or parsed is named in a CheckpointError."""
+    path = os.path.join(checkpoint_dir, META)
+    try:
+        with open(path, "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint_dir} is damaged: {path} cannot be read: "
+                              f"{getattr(error, 'strerror', None) or error}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"checkpoint {checkpoint_dir} is damaged: {path} holds no JSON object")
+    return meta

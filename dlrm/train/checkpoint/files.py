@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from dataclasses import replace
-from typing import Any, Iterable, List, Mapping, Sequence, Tuple
+from typing import Any, BinaryIO, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -23,12 +24,33 @@ _CHUNK_ROWS = 1 << 20  # rows copied out of or into a variable at a time (bounds
 
 # A piece with its variables: {"value": weights, "<slot name>": optimizer slot of the same shape}.
 PieceSlots = Tuple[TablePiece, Mapping[str, Any]]
+# The manifest's entries (`verify`): a file's path relative to the checkpoint -> [size in bytes, CRC32 in hex].
+FileEntries = Dict[str, List]
 
 
 class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be used (missing, incomplete, for a different model) or written (path)."""
 
     on_every_rank = True  # raised alike on every rank (or agreed first, see `protocol.raise_agreed`)
+
+
+class ChecksummedFile:
+    """A binary file opened for writing that counts the bytes written through it and their CRC32 (the
+    manifest's entry for it, `verify`)."""
+
+    def __init__(self, f: BinaryIO):
+        self.f = f
+        self.size = 0
+        self.crc = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)
+        self.size += view.nbytes
+        return self.f.write(view)
+
+    def entry(self) -> List:
+        return [self.size, f"{self.crc:08x}"]
 
 
 def step_dir_name(step: int) -> str:
@@ -39,36 +61,38 @@ def piece_file_name(piece: TablePiece) -> str:
     return f"r{piece.row_start}-{piece.row_end}_c{piece.col_start}-{piece.col_end}.npy"
 
 
-def _write_npy(path: str, shape: Tuple[int, ...], dtype, chunks: Iterable[np.ndarray]) -> None:
-    """Write an .npy file from consecutive row chunks with plain `write` calls, then fsync it.
+def _write_npy(path: str, shape: Tuple[int, ...], dtype, chunks: Iterable[np.ndarray]) -> List:
+    """Write an .npy file from consecutive row chunks with plain `write` calls, fsync it; returns its manifest
+    entry (size, CRC32).
 
     Not `np.save` (a full disk gives "OSError: N requested and M written", no errno, no file name) and not
     a memory map (a full disk kills the process with SIGBUS): here it is OSError(ENOSPC) naming `path`.
     """
     try:
         with open(path, "wb") as f:
-            np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                                     "fortran_order": False, "shape": tuple(shape)})
+            out = ChecksummedFile(f)
+            np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                       "fortran_order": False, "shape": tuple(shape)})
             for chunk in chunks:
-                f.write(np.ascontiguousarray(chunk, dtype=dtype).reshape(-1).view(np.uint8).data)
+                out.write(np.ascontiguousarray(chunk, dtype=dtype).reshape(-1).view(np.uint8).data)
             f.flush()
             os.fsync(f.fileno())
     except OSError as error:
         raise naming_file(error, path) from error
+    return out.entry()
 
 
-def save_array(path: str, array: np.ndarray) -> None:
-    _write_npy(path, array.shape, array.dtype, [array])
+def save_array(path: str, array: np.ndarray) -> List:
+    return _write_npy(path, array.shape, array.dtype, [array])
 
 
-def _save_variable(path: str, variable) -> None:
+def _save_variable(path: str, variable) -> List:
     """Write a (possibly large) 2-D variable in row chunks so the host never holds two copies."""
     shape = tuple(variable.shape)
     if len(shape) != 2 or shape[0] <= _CHUNK_ROWS:
-        save_array(path, np.asarray(variable.numpy()))
-        return
+        return save_array(path, np.asarray(variable.numpy()))
     chunks = (variable[start:start + _CHUNK_ROWS].numpy() for start in range(0, shape[0], _CHUNK_ROWS))
-    _write_npy(path, shape, variable.dtype.as_numpy_dtype, chunks)
+    return _write_npy(path, shape, variable.dtype.as_numpy_dtype, chunks)
 
 
 def check_key(key: str, what: str) -> None:
@@ -84,13 +108,17 @@ def table_dir_name(name: str) -> str:
     return "%2E" + safe[1:] if safe.startswith(".") else safe
 
 
-def write_pieces(directory: str, stored_pieces: Sequence[PieceSlots], table_names: Sequence[str]) -> None:
-    """Every slot of every piece as `<directory>/embedding/<table name>/<slot>/<piece file>`."""
+def write_pieces(directory: str, stored_pieces: Sequence[PieceSlots], table_names: Sequence[str]) -> FileEntries:
+    """Every slot of every piece as `<directory>/embedding/<table name>/<slot>/<piece file>`; returns their
+    manifest entries."""
+    entries = {}
     for piece, slots in stored_pieces:
-        table_dir = os.path.join(directory, "embedding", table_dir_name(table_names[piece.table]))
+        table_dir = os.path.join("embedding", table_dir_name(table_names[piece.table]))
         for slot, variable in slots.items():
-            os.makedirs(os.path.join(table_dir, slot), exist_ok=True)
-            _save_variable(os.path.join(table_dir, slot, piece_file_name(piece)), variable)
+            os.makedirs(os.path.join(directory, table_dir, slot), exist_ok=True)
+            relative = os.path.join(table_dir, slot, piece_file_name(piece))
+            entries[relative] = _save_variable(os.path.join(directory, relative), variable)
+    return entries
 
 
 def check_pieces(stored_pieces: Sequence[PieceSlots]) -> None:

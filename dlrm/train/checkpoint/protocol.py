@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from dlrm.atomic import describe_os_error, write_text_atomically
-from dlrm.dist import ProcessGroup
+from dlrm.dist import Failure, ProcessGroup
 from dlrm.embedding.base import TablePiece
 from dlrm.errors import PeerRankFailed
 from dlrm.train.checkpoint.directory import (
@@ -30,6 +30,7 @@ from dlrm.train.checkpoint.directory import (
 )
 from dlrm.train.checkpoint.files import (
     CheckpointError,
+    FileEntries,
     PieceSlots,
     check_key,
     check_pieces,
@@ -42,10 +43,12 @@ from dlrm.train.checkpoint.files import (
     write_pieces,
 )
 from dlrm.train.checkpoint.model_shape import saved_model_shape, shape_mismatch
+from dlrm.train.checkpoint.verify import MANIFEST, check_share, manifest_text, text_entry
 
-# Format 2 keys tables by name (`embedding/<name>/`); format 1 (still read) by position (`embedding/t<i>/`).
-FORMAT_VERSION = 2
-READABLE_FORMATS = (1, 2)
+# Format 3 lists its files in a manifest (`verify`); format 2 keys tables by name (`embedding/<name>/`); format 1
+# by position (`embedding/t<i>/`). All three are read.
+FORMAT_VERSION = 3
+READABLE_FORMATS = (1, 2, 3)
 
 
 def _attempt(action: Callable[[], None], what: str) -> Optional[str]:
@@ -58,16 +61,20 @@ def _attempt(action: Callable[[], None], what: str) -> Optional[str]:
 
 
 def raise_agreed(group: ProcessGroup, problem: Optional[str], on_failure: Callable[[], str] = lambda: "") -> None:
-    """Every rank learns whether any rank hit a problem; if so all run `on_failure` and stop together.
+    """Every rank learns whether any rank hit a problem; if so all run `on_failure` and stop together
+    (`raise_failures`)."""
+    failures = group.agree(problem, name="checkpoint_agree")
+    if failures:
+        raise_failures(group, failures, on_failure())
+
+
+def raise_failures(group: ProcessGroup, failures: Sequence[Failure], note: str = "") -> None:
+    """Stop every rank after an agreement that found `failures` (the same list on every rank).
 
     The lowest failing rank raises CheckpointError with its message (and its host when there are
-    several ranks; the entry point names the rank) followed by what `on_failure` returned; the other
-    ranks raise PeerRankFailed, so the user reads one message.
+    several ranks; the entry point names the rank) followed by `note`; the other ranks raise
+    PeerRankFailed, so the user reads one message.
     """
-    failures = group.agree(problem, name="checkpoint_agree")
-    if not failures:
-        return
-    note = on_failure()
     first = failures[0]
     if group.rank != first.rank:
         raise PeerRankFailed(first.rank)
@@ -80,18 +87,39 @@ def raise_agreed(group: ProcessGroup, problem: Optional[str], on_failure: Callab
     raise error
 
 
+def verify_checkpoint(checkpoint_dir: str, group: ProcessGroup) -> List[Failure]:
+    """Every rank checks its share of the checkpoint's files (`verify`); every rank gets the failures."""
+    problem = None
+    try:
+        check_share(checkpoint_dir, group.rank, group.size)
+    except CheckpointError as error:
+        problem = str(error)
+    return group.agree(problem, name="checkpoint_verify")
+
+
 def _write_dense_and_meta(tmp: str, step: int, dense: Mapping[str, Any], meta: Mapping,
-                          table_names: Sequence[str]) -> None:
-    dense_shapes = {}
+                          table_names: Sequence[str]) -> FileEntries:
+    entries, dense_shapes = {}, {}
     for key, variable in dense.items():
         check_key(key, "dense key")
         array = np.asarray(variable.numpy())
         dense_shapes[key] = list(array.shape)
-        save_array(os.path.join(tmp, "dense", f"{key}.npy"), array)
+        relative = os.path.join("dense", f"{key}.npy")
+        entries[relative] = save_array(os.path.join(tmp, relative), array)
     full_meta = dict(meta)
     full_meta.update(format_version=FORMAT_VERSION, step=int(step), dense_shapes=dense_shapes,
                      table_names=list(table_names))
-    write_text_atomically(os.path.join(tmp, META), json.dumps(full_meta, indent=1, sort_keys=True))
+    text = json.dumps(full_meta, indent=1, sort_keys=True)
+    write_text_atomically(os.path.join(tmp, META), text)
+    entries[META] = text_entry(text)
+    return entries
+
+
+def _write_manifest(tmp: str, every_rank_entries: Sequence[FileEntries]) -> None:
+    files: FileEntries = {}
+    for entries in every_rank_entries:
+        files.update(entries)
+    write_text_atomically(os.path.join(tmp, MANIFEST), manifest_text(files))
 
 
 def save_checkpoint(
@@ -112,7 +140,7 @@ def save_checkpoint(
     tables' names: their directories); `meta` is JSON-serialisable run state.
     Every rank must call this with the same `root` and `step`. A failed write (disk full, read-only,
     ...) on any rank raises on every rank, removes `step_X.tmp` and leaves `latest` and the previous
-    checkpoints as they were.
+    checkpoints as they were. Rank 0 writes the manifest of every rank's files last (`verify`).
     """
     check_pieces(stored_pieces)
     final = os.path.join(root, step_dir_name(step))
@@ -126,12 +154,18 @@ def save_checkpoint(
         return f"; the partial {tmp} is removed, the last complete checkpoint is {find_checkpoint(root) or 'none'}"
 
     raise_agreed(group, _attempt(lambda: make_tmp_dir(root, tmp), what) if primary else None, remove_tmp)
-    problem = _attempt(lambda: write_pieces(tmp, stored_pieces, table_names), what)
+    entries: FileEntries = {}
+    problem = _attempt(lambda: entries.update(write_pieces(tmp, stored_pieces, table_names)), what)
     if primary and problem is None:
-        problem = _attempt(lambda: _write_dense_and_meta(tmp, step, dense, meta, table_names), what)
+        problem = _attempt(lambda: entries.update(_write_dense_and_meta(tmp, step, dense, meta, table_names)), what)
     raise_agreed(group, problem, remove_tmp)  # every rank's pieces are on disk
-    raise_agreed(group, _attempt(lambda: publish(root, tmp, final, step, keep), what) if primary else None,
-                 remove_tmp)
+    every_rank_entries = group.allgather_object(entries, name="checkpoint_manifest")
+
+    def write_manifest_and_publish() -> None:
+        _write_manifest(tmp, every_rank_entries)
+        publish(root, tmp, final, step, keep)
+
+    raise_agreed(group, _attempt(write_manifest_and_publish, what) if primary else None, remove_tmp)
     return final
 
 
@@ -177,6 +211,7 @@ def read_arrays(path: str) -> dict:
     directory = find_checkpoint(path)
     if directory is None:
         raise CheckpointError(f"no complete checkpoint at {path}")
+    check_share(directory, 0, 1)
     meta = read_meta(directory)
     arrays = {f"dense/{key}": np.load(os.path.join(directory, "dense", f"{key}.npy"), allow_pickle=False)
               for key in meta["dense_shapes"]}
@@ -206,8 +241,10 @@ def restore_checkpoint(
     *,
     group: ProcessGroup,
     table_names: Sequence[str],
+    verified: bool = False,
 ) -> dict:
-    """Fill `dense` variables and every held piece's slots from `checkpoint_dir`; returns its meta.
+    """Verify `checkpoint_dir` (unless `verified`: done by the caller), then fill `dense` variables and every
+    held piece's slots from it; returns its meta.
 
     Pieces are found by their table's name (`table_names[piece.table]`); in a format-1 checkpoint by
     position (table i of `table_names` is its `t<i>`).
@@ -216,6 +253,10 @@ def restore_checkpoint(
     not optimizer slots); anything asked for must be there either way. Each rank reads its own pieces,
     so the outcome is agreed (`raise_agreed`): a piece missing on one rank stops every rank with one message.
     """
+    if not verified:
+        failures = verify_checkpoint(checkpoint_dir, group)
+        if failures:
+            raise_failures(group, failures)
     meta, problem = {}, None
     try:
         meta = _restore(checkpoint_dir, dense, held_pieces, model_shape, strict, table_names)

@@ -1,13 +1,14 @@
 """Where a run resumes from, and the one restore used by training, evaluation and the inference benchmark."""
 from __future__ import annotations
 
-from typing import Optional
+import os
+from typing import Callable, List, Optional, Tuple
 
 from dlrm.config import TrainConfig
 from dlrm.train.build import Parts, optimizer_label
-from dlrm.train.checkpoint.directory import find_checkpoint
+from dlrm.train.checkpoint.directory import complete_checkpoints, find_checkpoint
 from dlrm.train.checkpoint.files import CheckpointError
-from dlrm.train.checkpoint.protocol import restore_checkpoint
+from dlrm.train.checkpoint.protocol import raise_failures, restore_checkpoint, verify_checkpoint
 
 
 def restore_source(train_cfg: TrainConfig) -> Optional[str]:
@@ -25,8 +26,39 @@ def restore_source(train_cfg: TrainConfig) -> Optional[str]:
     return None
 
 
-def restore(parts: Parts, source: str, training: bool) -> dict:
-    """Fill the parts from checkpoint `source` on every rank; returns its meta.
+def _own_checkpoints(root: str) -> List[str]:
+    """The checkpoints of a run's own directory, the one to resume first (`latest`), then newest first."""
+    first = find_checkpoint(root)
+    if first is None:
+        return []
+    older = [os.path.join(root, name) for name in reversed(complete_checkpoints(root))]
+    return [first] + [path for path in older if os.path.normpath(path) != os.path.normpath(first)]
+
+
+def training_source(parts: Parts, say: Callable[[str], None]) -> Tuple[Optional[str], bool]:
+    """(checkpoint training starts from, whether it is verified already): in the run's own directory
+    (--save_checkpoint_path) the newest that verifies, each damaged one skipped with a message (`say`);
+    else --restore_checkpoint_path, verified by `restore`. Raises if none of the run's own verifies."""
+    candidates = _own_checkpoints(parts.config.train.save_checkpoint_path or "")
+    if not candidates:
+        return restore_source(parts.config.train), False
+    newest_failures = None
+    for number, candidate in enumerate(candidates):
+        failures = verify_checkpoint(candidate, parts.group)
+        if not failures:
+            return candidate, True
+        newest_failures = newest_failures or failures
+        following = candidates[number + 1] if number + 1 < len(candidates) else None
+        say(f"{failures[0].message}; " + (f"resuming from the next older checkpoint, {following}" if following
+                                          else "no older checkpoint of this run is left"))
+    raise_failures(parts.group, newest_failures or [],
+                   "; no checkpoint of this run verifies (move the damaged ones away to start from the "
+                   "beginning)")
+    return None, False  # not reached: raise_failures raises
+
+
+def restore(parts: Parts, source: str, training: bool, verified: bool = False) -> dict:
+    """Fill the parts from checkpoint `source` on every rank (verified first unless `verified`); returns its meta.
 
     For training: weights and optimizer state, all of them present, and the checkpoint must have been
     written with this optimizer and global batch. Otherwise (evaluation, inference): the weights only.
@@ -36,7 +68,7 @@ def restore(parts: Parts, source: str, training: bool) -> dict:
     if training:
         model_shape["optimizer"] = optimizer_label(parts.config)
     meta = restore_checkpoint(source, dense, held, model_shape=model_shape, strict=training,
-                                         group=parts.group, table_names=parts.table_names)
+                              group=parts.group, table_names=parts.table_names, verified=verified)
     if training:
         step = int(meta["step"])
         iterations = int(parts.training_optimizer().iterations.numpy())

@@ -1,0 +1,81 @@
+"""The one rule for every output directory a command writes (a dataset, a SavedModel).
+
+- A target that is a file is refused, named.
+- An existing non-empty directory is refused unless the command's --overwrite is given, and --overwrite
+  replaces only an earlier output of the same kind (a directory holding its marker file), never an
+  unrelated directory.
+- The output is written aside (`<out>.tmp-<pid>`) and renamed into place complete: old and new files never
+  mix, and a run that fails or is interrupted leaves the target as it was.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from dlrm.atomic import describe_os_error, fsync_dir
+from dlrm.errors import UserError
+
+
+class OutputDirError(UserError):
+    """An output directory in the way (a file, an unrelated directory, an earlier output without
+    --overwrite) or one that cannot be written."""
+
+    on_every_rank = True  # checked alike on every rank that checks it
+
+
+@dataclass(frozen=True)
+class OutputDir:
+    """An output directory as a command names it: `flag` and `path` for messages, `kind` and `marker`
+    (a file every complete output of this kind holds) to recognise an earlier one."""
+
+    path: str
+    flag: str
+    kind: str
+    marker: str
+    overwrite_flag: Optional[str] = "--overwrite"  # None: the command has no such flag
+
+    def check(self, overwrite: bool) -> str:
+        """The target as an absolute path; raises OutputDirError if it is in the way or cannot be made."""
+        target = os.path.abspath(self.path)
+        named = f"{self.flag} {self.path}"
+        if os.path.lexists(target) and not os.path.isdir(target):
+            raise OutputDirError(f"{named} exists and is not a directory")
+        if os.path.isdir(target) and os.listdir(target):
+            if not os.path.exists(os.path.join(target, self.marker)):
+                raise OutputDirError(f"{named} is a non-empty directory that holds no {self.kind} (no {self.marker}): "
+                                     f"choose a new or empty directory")
+            if not overwrite:
+                how = (f"pass {self.overwrite_flag} to replace it, or choose another directory" if self.overwrite_flag
+                       else "choose another directory, or remove it first")
+                raise OutputDirError(f"{named} already holds a {self.kind}: {how}")
+        parent = os.path.dirname(target)
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as error:
+            raise OutputDirError(f"cannot create the directory of {named}: {describe_os_error(error)}") from None
+        if not os.access(parent, os.W_OK):
+            raise OutputDirError(f"cannot write {named}: {parent} is not writable")
+        return target
+
+    @contextlib.contextmanager
+    def staged(self, overwrite: bool) -> Iterator[str]:
+        """Check the target, yield a path beside it for the writer to create and fill; when the block ends
+        normally that directory replaces the target, otherwise it is removed."""
+        target = self.check(overwrite)
+        tmp = f"{target}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            yield tmp
+            old = f"{target}.old-{os.getpid()}"
+            if os.path.lexists(target):
+                os.rename(target, old)
+            os.rename(tmp, target)
+            fsync_dir(os.path.dirname(target))
+            shutil.rmtree(old, ignore_errors=True)
+        except OSError as error:
+            raise OutputDirError(f"cannot write {self.flag} {self.path}: {describe_os_error(error)}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
