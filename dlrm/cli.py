@@ -13,7 +13,7 @@ import argparse
 from typing import Optional, Sequence
 
 from dlrm.argtypes import ArgumentParser, show_default
-from dlrm.cli_flags import FLAG_GROUPS, Flag
+from dlrm.cli_flags import FLAG_GROUPS, FieldPath, Flag
 from dlrm.cli_presets import SHOWN_PRESETS, configure
 from dlrm.config import Config, PartialConfig
 
@@ -57,21 +57,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def typed_flags(given: dict[str, object]) -> PartialConfig:
-    """The flags a user typed (argparse dest -> value) as the fields they set."""
-    by_dest = {flag.dest: flag for group in FLAG_GROUPS for flag in group.flags}
+FLAGS_BY_DEST = {flag.dest: flag for group in FLAG_GROUPS for flag in group.flags}
+
+
+def typed_flags(given: dict[str, object], parser: argparse.ArgumentParser) -> PartialConfig:
+    """The flags a user typed (argparse dest -> value) as the fields they set; two flags setting one field to
+    different values (`--mode train --evaluate`, `--epochs 2 --num_epochs 3`) are refused."""
     sections: dict[str, dict[str, object]] = {}
+    set_by: dict[FieldPath, str] = {}
     for dest, value in given.items():
-        for section, name in by_dest[dest].fields:
-            sections.setdefault(section, {})[name] = tuple(value) if isinstance(value, list) else value
+        flag = FLAGS_BY_DEST[dest]
+        for field in flag.fields:
+            value = tuple(value) if isinstance(value, list) else value
+            section = sections.setdefault(field[0], {})
+            if field in set_by and section[field[1]] != value:
+                parser.error(f"argument {flag.name}: contradicts {set_by[field]} (both set {'.'.join(field)})")
+            set_by.setdefault(field, flag.name)
+            section[field[1]] = value
     return PartialConfig(**sections)
+
+
+def _refuse_flags_that_do_not_apply(given: dict[str, object], config: Config,
+                                    parser: argparse.ArgumentParser) -> None:
+    """A typed flag outside the archs or Wide & Deep model types it is declared for (`cli_flags`) would be
+    ignored: it is refused instead, naming where it applies."""
+    model = config.model
+    for dest in given:
+        flag = FLAGS_BY_DEST[dest]
+        if flag.archs and model.arch not in flag.archs:
+            parser.error(f"argument {flag.name}: not used by --arch {model.arch} (it applies to --arch "
+                         f"{' and '.join(flag.archs)})")
+        if flag.model_types and model.model_type not in flag.model_types:
+            parser.error(f"argument {flag.name}: not used by --model_type {model.model_type} (it applies to "
+                         f"--model_type {' and '.join(flag.model_types)})")
 
 
 def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     for problem in config.model.problems() + config.optimizer.problems():
         parser.error(problem)
     model, optim, train = config.model, config.optimizer, config.train
-    if model.arch == "widedeep" and optim.deep_warmup_epochs > train.epochs:
+    if model.arch == "widedeep" and model.model_type != "wide" and optim.deep_warmup_epochs > train.epochs:
         parser.error(f"--deep_warmup_epochs ({optim.deep_warmup_epochs:g}) must not exceed --num_epochs "
                      f"({train.epochs:g}): the deep learning-rate schedule is laid out over the epochs")
     if train.benchmark and train.mode != "train":
@@ -90,7 +115,8 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> Config:
     """Flags -> Config: reference defaults, then the presets the flags call for, then the flags typed."""
     parser = build_parser()
     given = vars(parser.parse_args(list(argv) if argv is not None else None))
-    config = configure(typed_flags(given))
+    config = configure(typed_flags(given, parser))
+    _refuse_flags_that_do_not_apply(given, config, parser)
     _validate(config, parser)
     return config
 

@@ -29,6 +29,13 @@ from dlrm.sizes import SIZE_UNITS, byte_size, positive_byte_size
 
 FieldPath = tuple[str, str]  # (section, field) of a `Config`, e.g. ("data", "dataset_dir")
 
+# The archs a flag applies to, where it does not apply to all of them.
+MLP_ARCHS = ("dlrm", "dcnv2")  # bottom and top MLP, one optimizer with the reference schedule
+DCN = ("dcnv2",)
+WIDEDEEP = ("widedeep",)
+DEEP_PART = ("deep", "wide_n_deep")  # the --model_type values that keep the deep part
+WIDE_PART = ("wide", "wide_n_deep")
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -43,6 +50,10 @@ class Flag:
     switch: bool = False  # takes no value: True when given
     const: object = None  # takes no value: sets this one (`--evaluate` is `--mode eval`)
     also: tuple[str, ...] = ()  # further fields that take the same value (`--seed`)
+    # The archs and Wide & Deep model types where the flag does something; typed anywhere else it is refused
+    # (`dlrm.cli`). Empty: all of them.
+    archs: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()  # of --arch widedeep
 
     @property
     def dest(self) -> str:
@@ -88,43 +99,53 @@ MODEL_FLAGS = FlagGroup("model", (
          "embedding vector size of the tables whose feature spec entry sets none", type=positive_int),
     Flag("--combiner", "model.combiner",
          "pooling of a multi-hot feature's ids, for features whose spec entry sets none", choices=tuple(COMBINERS)),
-    Flag("--bottom_mlp_dims", "model.bottom_mlp", "bottom MLP layer sizes, e.g. 512-256-128", type=layer_sizes),
-    Flag("--top_mlp_dims", "model.top_mlp", "top MLP layer sizes, last one 1", type=layer_sizes),
-    Flag("--dcn_num_layers", "model.num_cross_layers", "DCNv2 cross layers", type=positive_int),
-    Flag("--dcn_low_rank_dim", "model.cross_projection_dim", "DCNv2 low-rank projection size", type=positive_int),
+    Flag("--bottom_mlp_dims", "model.bottom_mlp", "bottom MLP layer sizes, e.g. 512-256-128", type=layer_sizes,
+         archs=MLP_ARCHS),
+    Flag("--top_mlp_dims", "model.top_mlp", "top MLP layer sizes, last one 1", type=layer_sizes, archs=MLP_ARCHS),
+    Flag("--dcn_num_layers", "model.num_cross_layers", "DCNv2 cross layers", type=positive_int, archs=DCN),
+    Flag("--dcn_low_rank_dim", "model.cross_projection_dim", "DCNv2 low-rank projection size", type=positive_int,
+         archs=DCN),
     Flag("--deep_hidden_units", "model.deep_hidden_units",
-         "Wide & Deep: hidden layer sizes of the deep part, e.g. 1024 1024 1024", type=positive_int, several=True),
+         "Wide & Deep: hidden layer sizes of the deep part, e.g. 1024 1024 1024", type=positive_int, several=True,
+         archs=WIDEDEEP, model_types=DEEP_PART),
     Flag("--deep_dropout", "model.deep_dropout", "Wide & Deep: dropout after each deep hidden layer",
-         type=dropout_rate),
-    Flag("--model_type", "model.model_type", "Wide & Deep: the parts the model keeps", choices=MODEL_TYPES),
+         type=dropout_rate, archs=WIDEDEEP, model_types=DEEP_PART),
+    Flag("--model_type", "model.model_type", "Wide & Deep: the parts the model keeps", choices=MODEL_TYPES,
+         archs=WIDEDEEP),
     Flag("--wide_crosses", "model.wide_crosses",
          "Wide & Deep: pairs of one-hot features crossed in the wide part, e.g. advertiser_id:geo_location_state,"
-         "campaign_id:publisher_id (one weight per pair of ids)", type=feature_pairs),
+         "campaign_id:publisher_id (one weight per pair of ids)", type=feature_pairs,
+         archs=WIDEDEEP, model_types=WIDE_PART),
     Flag("--wide_cross_buckets", "model.wide_cross_buckets",
-         "Wide & Deep: rows of a cross table whose pairs do not fit (then ids are hashed)", type=positive_int),
+         "Wide & Deep: rows of a cross table whose pairs do not fit (then ids are hashed)", type=positive_int,
+         archs=WIDEDEEP, model_types=WIDE_PART),
 ))
 
 OPTIMIZER_FLAGS = FlagGroup("optimizer and learning-rate schedule", (
     Flag("--optimizer", "optimizer.optimizer", "optimizer (embeddings updated sparsely)",
-         choices=tuple(OPTIMIZER_NAMES)),
-    Flag("--learning_rate", "optimizer.learning_rate", "peak learning rate", type=positive_number),
-    Flag("--warmup_steps", "optimizer.warmup_steps", "linear warmup steps", type=count),
-    Flag("--decay_start_step", "optimizer.decay_start_step", "first step of the polynomial decay", type=count),
-    Flag("--decay_steps", "optimizer.decay_steps", "length of the decay (then clamped)", type=count),
-    Flag("--decay_power", "optimizer.decay_power", "power of the polynomial decay", type=positive_number),
+         choices=tuple(OPTIMIZER_NAMES), archs=MLP_ARCHS),
+    Flag("--learning_rate", "optimizer.learning_rate", "peak learning rate", type=positive_number, archs=MLP_ARCHS),
+    Flag("--warmup_steps", "optimizer.warmup_steps", "linear warmup steps", type=count, archs=MLP_ARCHS),
+    Flag("--decay_start_step", "optimizer.decay_start_step", "first step of the polynomial decay", type=count,
+         archs=MLP_ARCHS),
+    Flag("--decay_steps", "optimizer.decay_steps", "length of the decay (then clamped)", type=count, archs=MLP_ARCHS),
+    Flag("--decay_power", "optimizer.decay_power", "power of the polynomial decay", type=positive_number,
+         archs=MLP_ARCHS),
     Flag("--end_learning_rate", "optimizer.end_learning_rate", "learning rate after the decay",
-         type=non_negative_number),
+         type=non_negative_number, archs=MLP_ARCHS),
     Flag("--linear_learning_rate", "optimizer.linear_learning_rate",
-         "Wide & Deep: FTRL learning rate of the wide part (constant)", type=positive_number),
+         "Wide & Deep: FTRL learning rate of the wide part (constant)", type=positive_number,
+         archs=WIDEDEEP, model_types=WIDE_PART),
     Flag("--linear_initial_accumulator", "optimizer.linear_initial_accumulator",
          "Wide & Deep: FTRL's starting accumulator (small: the wide part learns from the first steps on)",
-         type=positive_number),
+         type=positive_number, archs=WIDEDEEP, model_types=WIDE_PART),
     Flag("--deep_learning_rate", "optimizer.deep_learning_rate", "Wide & Deep: peak learning rate of the deep part",
-         type=positive_number),
+         type=positive_number, archs=WIDEDEEP, model_types=DEEP_PART),
     Flag("--deep_warmup_epochs", "optimizer.deep_warmup_epochs",
-         "Wide & Deep: epochs of linear warmup of the deep part's learning rate", type=non_negative_number),
+         "Wide & Deep: epochs of linear warmup of the deep part's learning rate", type=non_negative_number,
+         archs=WIDEDEEP, model_types=DEEP_PART),
     Flag("--deep_optimizer", "optimizer.deep_optimizer", "Wide & Deep: optimizer of the deep part",
-         choices=DEEP_OPTIMIZERS),
+         choices=DEEP_OPTIMIZERS, archs=WIDEDEEP, model_types=DEEP_PART),
 ))
 
 PLACEMENT_FLAGS = FlagGroup("embedding placement and memory", (

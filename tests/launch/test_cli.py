@@ -63,7 +63,7 @@ def test_every_flag_maps_to_its_field():
         "--decay_start_step", "20", "--decay_steps", "30", "--decay_power", "1.5", "--end_learning_rate", "1e-5",
         "--sharding_strategy", "basic", "--rank_memory", "80GiB", "--column_slice_threshold", "2GB",
         "--replicate_threshold", "1MiB",
-        "--mode", "inference_benchmark", "--max_steps", "99", "--epochs", "2.5", "--eval_every", "11",
+        "--mode", "train", "--max_steps", "99", "--epochs", "2.5", "--eval_every", "11",
         "--log_every", "3", "--run_dir", "/r", "--save_checkpoint_path", "/c", "--restore_checkpoint_path", "/c0",
         "--checkpoint_every", "13", "--keep_checkpoints", "5", "--amp", "--xla", "--seed", "42",
         "--intra_op_threads", "2", "--inter_op_threads", "1", "--benchmark_warmup_steps", "1",
@@ -88,7 +88,7 @@ def test_every_flag_maps_to_its_field():
         ("basic", 80 * 2**30, 2 * 2**30, 2**20)  # GB is 1024-based like GiB (dlrm.sizes)
     t = c.train
     assert (t.mode, t.max_steps, t.epochs, t.eval_every_steps, t.log_every_steps, t.run_dir) == \
-        ("inference_benchmark", 99, 2.5, 11, 3, "/r")
+        ("train", 99, 2.5, 11, 3, "/r")
     assert (t.save_checkpoint_path, t.restore_checkpoint_path, t.checkpoint_every_steps, t.keep_checkpoints) == \
         ("/c", "/c0", 13, 5)
     assert (t.amp, t.xla, t.seed, t.intra_op_threads, t.inter_op_threads) == (True, True, 42, 2, 1)
@@ -123,11 +123,11 @@ def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
     assert (o.linear_learning_rate, o.deep_learning_rate, o.deep_warmup_epochs, o.deep_optimizer) == \
         (0.02, 0.00012, 6.0, "rmsprop")
     c = parse_config(["--arch", "widedeep", "--dataset_path", "/d", "--deep_hidden_units", "64", "32",
-                      "--deep_dropout", "0", "--model_type", "deep", "--linear_learning_rate", "0.1",
+                      "--deep_dropout", "0", "--linear_learning_rate", "0.1",
                       "--deep_learning_rate", "0.001", "--deep_warmup_epochs", "1", "--deep_optimizer", "adagrad",
                       "--linear_initial_accumulator", "1e-6",
                       "--num_epochs", "3", "--eval_batch_size", "4096", "--benchmark"])
-    assert (c.model.deep_hidden_units, c.model.deep_dropout, c.model.model_type) == ((64, 32), 0.0, "deep")
+    assert (c.model.deep_hidden_units, c.model.deep_dropout, c.model.model_type) == ((64, 32), 0.0, "wide_n_deep")
     assert c.model.wide_crosses == () and c.model.wide_cross_buckets == 1 << 20  # none: NVIDIA's TF2 config
     crossed = parse_config(["--arch", "widedeep", "--dataset_path", "/d", "--wide_crosses", "ad_id:platform, a:b",
                             "--wide_cross_buckets", "4096"]).model
@@ -164,9 +164,9 @@ def test_the_widedeep_demo_crosses_the_generators_pairs_unless_told_otherwise():
     (["--arch", "widedeep", "--wide_crosses", "a:b,"], "got '' in 'a:b,'"),
     (["--arch", "widedeep", "--wide_cross_buckets", "0"], "argument --wide_cross_buckets: expected a positive integer"),
     (["--arch", "widedeep", "--wide_cross_buckets", str(2**31)], "--wide_cross_buckets must be in [1, 2147483647]"),
-    (["--wide_crosses", "a:b"], "they need --arch widedeep and --model_type wide or wide_n_deep (got --arch dlrm)"),
+    (["--wide_crosses", "a:b"], "argument --wide_crosses: not used by --arch dlrm (it applies to --arch widedeep)"),
     (["--arch", "widedeep", "--model_type", "deep", "--wide_crosses", "a:b"],
-     "(got --arch widedeep --model_type deep)"),
+     "argument --wide_crosses: not used by --model_type deep (it applies to --model_type wide and wide_n_deep)"),
     (["--model_type", "linear"], "argument --model_type: invalid choice"),
     (["--arch", "widedeep", "--num_epochs", "2", "--deep_warmup_epochs", "3"],
      "--deep_warmup_epochs (3) must not exceed --num_epochs (2)"),
@@ -176,6 +176,46 @@ def test_bad_widedeep_flags_are_refused(argv, message):
     with pytest.raises(UsageError) as caught:
         parse_config(argv)
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model_type", "wide"], "argument --model_type: not used by --arch dlrm (it applies to --arch widedeep)"),
+    (["--deep_learning_rate", "5"], "argument --deep_learning_rate: not used by --arch dlrm"),
+    (["--linear_learning_rate", "3"], "argument --linear_learning_rate: not used by --arch dlrm"),
+    (["--arch", "widedeep", "--bottom_mlp_dims", "999-7"],
+     "argument --bottom_mlp_dims: not used by --arch widedeep (it applies to --arch dlrm and dcnv2)"),
+    (["--arch", "widedeep", "--optimizer", "sgd"], "argument --optimizer: not used by --arch widedeep"),
+    (["--arch", "widedeep", "--learning_rate", "100"], "argument --learning_rate: not used by --arch widedeep"),
+    (["--dcn_num_layers", "2"], "argument --dcn_num_layers: not used by --arch dlrm (it applies to --arch dcnv2)"),
+    (["--arch", "widedeep", "--model_type", "wide", "--deep_hidden_units", "8"],
+     "argument --deep_hidden_units: not used by --model_type wide (it applies to --model_type deep and wide_n_deep)"),
+    (["--arch", "widedeep", "--model_type", "deep", "--linear_initial_accumulator", "0.5"],
+     "argument --linear_initial_accumulator: not used by --model_type deep"),
+    (["--evaluate", "--mode", "train"], "argument --mode: contradicts --evaluate (both set train.mode)"),
+    (["--mode", "train", "--evaluate"], "argument --evaluate: contradicts --mode (both set train.mode)"),
+    (["--epochs", "2", "--num_epochs", "3"], "argument --num_epochs: contradicts --epochs (both set train.epochs)"),
+])
+def test_a_flag_that_would_be_ignored_or_overridden_is_refused(argv, message):
+    """Before: each of these exited 0 as if the flag had not been given (or the last of two won)."""
+    with pytest.raises(UsageError) as caught:
+        parse_config([*argv, "--restore_checkpoint_path", "/c"])
+    assert message in str(caught.value)
+    agreeing = parse_config(["--epochs", "2", "--num_epochs", "2", "--evaluate", "--mode", "eval",
+                             "--restore_checkpoint_path", "/c"])
+    assert (agreeing.train.epochs, agreeing.train.mode) == (2.0, "eval")
+
+
+def test_flags_refused_elsewhere_apply_in_their_place():
+    wide = parse_config(["--arch", "widedeep", "--model_type", "wide", "--linear_learning_rate", "3",
+                         "--linear_initial_accumulator", "0.5", "--wide_crosses", "a:b"])
+    assert (wide.optimizer.linear_learning_rate, wide.optimizer.linear_initial_accumulator) == (3.0, 0.5)
+    deep = parse_config(["--arch", "widedeep", "--model_type", "deep", "--deep_learning_rate", "5",
+                         "--deep_hidden_units", "8", "--deep_dropout", "0.1", "--deep_optimizer", "adagrad"])
+    assert (deep.optimizer.deep_learning_rate, deep.model.deep_hidden_units) == (5.0, (8,))
+    dcn = parse_config(["--arch", "dcnv2", "--dcn_num_layers", "2", "--bottom_mlp_dims", "8-4", "--learning_rate", "1"])
+    assert (dcn.model.num_cross_layers, dcn.model.bottom_mlp, dcn.optimizer.learning_rate) == (2, (8, 4), 1.0)
+
+
 
 
 def test_the_flag_table_names_existing_fields_and_building_a_parser_changes_nothing():

@@ -9,11 +9,12 @@ import numpy as np
 from dlrm.train import checkpoint
 from tests.support import ROOT
 
-# A small model on a small synthetic dataset: a few seconds per run on 2 cores.
+# A small DLRM or DCNv2 (with SMALL_DCN) on a small synthetic dataset: a few seconds per run on 2 cores.
 SMALL = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--global_batch_size", "512",
          "--valid_batch_size", "1024", "--embedding_dim", "8", "--bottom_mlp_dims", "16-8",
-         "--top_mlp_dims", "16-1", "--dcn_low_rank_dim", "8", "--dcn_num_layers", "2", "--log_every", "2",
+         "--top_mlp_dims", "16-1", "--log_every", "2",
          "--intra_op_threads", "2", "--warmup_steps", "2", "--decay_start_step", "4", "--decay_steps", "4"]
+SMALL_DCN = ["--arch", "dcnv2", "--dcn_low_rank_dim", "8", "--dcn_num_layers", "2"]
 
 MAX_STEPS = 100
 # 15,900 rows / 256 = 62 full batches + one of 28 rows: the run crosses two epoch ends and a short batch.

@@ -17,9 +17,10 @@ from tests.support import ROOT
 
 # A tiny model and a few steps: a few seconds per run.
 FLAGS = ["--global_batch_size", "256", "--valid_batch_size", "500", "--embedding_dim", "4", "--bottom_mlp_dims",
-         "8-4", "--top_mlp_dims", "8-1", "--dcn_num_layers", "1", "--dcn_low_rank_dim", "4", "--optimizer", "adam",
+         "8-4", "--top_mlp_dims", "8-1", "--optimizer", "adam",
          "--learning_rate", "0.01", "--warmup_steps", "0", "--decay_steps", "0", "--max_steps", "3",
          "--log_every", "1", "--intra_op_threads", "1", "--skip_data_validation"]
+DCN = ["--arch", "dcnv2", "--dcn_num_layers", "1", "--dcn_low_rank_dim", "4"]
 
 
 def cardinalities(count):
@@ -67,7 +68,7 @@ def test_datasets_of_any_shape_train_through_main(tmp_path, num_numerical, num_c
     """5 numerical features used to pass validation and then die in the first step (a tf.function
     TypeError for the batch's [B, 5] numerical array against the model's [None, 13])."""
     dataset = make_dataset(tmp_path / "data", num_numerical, num_categorical)
-    outcome = main_py(dataset, tmp_path / "run", "--arch", arch)
+    outcome = main_py(dataset, tmp_path / "run", *(DCN if arch == "dcnv2" else ["--arch", arch]))
     assert_trained(*outcome, str(tmp_path / "run"), num_numerical, [f"cat_{i}" for i in range(num_categorical)])
 
 
@@ -90,7 +91,7 @@ def set_dims(dims):
 def test_per_table_dims_train_dcnv2_and_the_dot_interaction_names_the_tables_it_refuses(tmp_path):
     dataset = make_dataset(tmp_path / "data", 3, 3)
     edit_spec(dataset, set_dims({"cat_1": 6, "cat_2": 2}))
-    status, stdout, stderr = main_py(dataset, tmp_path / "dcn", "--arch", "dcnv2", "--save_checkpoint_path",
+    status, stdout, stderr = main_py(dataset, tmp_path / "dcn", *DCN, "--save_checkpoint_path",
                                      str(tmp_path / "ckpt"))
     assert_trained(status, stdout, stderr, str(tmp_path / "dcn"), 3, ["cat_0", "cat_1", "cat_2"])
     meta = checkpoint.read_meta(checkpoint.find_checkpoint(str(tmp_path / "ckpt")))

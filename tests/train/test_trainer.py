@@ -22,7 +22,7 @@ from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.modes import run
 from dlrm.train.step import make_train_step
 from tests.support.damage import as_format_2
-from tests.support.runs import SMALL
+from tests.support.runs import SMALL, SMALL_DCN
 
 ONE = single_process()  # a world of one, without Horovod
 
@@ -39,7 +39,7 @@ def _run(synthetic_dir, tmp_path, *flags):
 
 @pytest.mark.parametrize("arch, optimizer, lr, extra", [("dlrm", "sgd", "0.5", []),
                                                          ("dlrm", "adagrad", "0.05", ["--decode_threads", "2"]),
-                                                         ("dcnv2", "adam", "0.01", ["--amp", "--xla"])])
+                                                         ("dcnv2", "adam", "0.01", [*SMALL_DCN, "--amp", "--xla"])])
 def test_few_steps_train_evaluate_log_and_checkpoint(synthetic_dir, tmp_path, arch, optimizer, lr, extra):
     result = _run(synthetic_dir, tmp_path, "--arch", arch, "--optimizer", optimizer, "--learning_rate", lr,
                   "--max_steps", "6", "--eval_every", "3", "--checkpoint_every", "4",

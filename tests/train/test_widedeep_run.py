@@ -18,10 +18,12 @@ from tests.support.runs import assert_same_final_weights
 
 ROWS = 400  # batches of 64: 6 full + one of 16 per epoch
 STEPS = 7  # one epoch
-FLAGS = ["--arch", "widedeep", "--embedding_dim", "4", "--deep_hidden_units", "16", "8", "--global_batch_size", "64",
-         "--valid_batch_size", "256", "--num_epochs", "1", "--deep_warmup_epochs", "0.5", "--deep_learning_rate",
-         "0.01", "--linear_learning_rate", "0.1", "--log_every", "1", "--intra_op_threads", "2", "--seed", "4",
-         "--wide_crosses", "cat_0:cat_1,cat_1:cat_2", "--wide_cross_buckets", "4096"]  # one exact, one hashed
+COMMON = ["--arch", "widedeep", "--embedding_dim", "4", "--global_batch_size", "64", "--valid_batch_size", "256",
+          "--num_epochs", "1", "--log_every", "1", "--intra_op_threads", "2", "--seed", "4"]
+DEEP = ["--deep_hidden_units", "16", "8", "--deep_warmup_epochs", "0.5", "--deep_learning_rate", "0.01"]
+WIDE = ["--linear_learning_rate", "0.1", "--wide_crosses", "cat_0:cat_1,cat_1:cat_2", "--wide_cross_buckets",
+        "4096"]  # one cross exact, one hashed
+FLAGS = COMMON + DEEP + WIDE
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +105,9 @@ def test_benchmark_times_training_steps_and_stops(dataset, tmp_path, capsys):
 
 @pytest.mark.parametrize("model_type, rate", [("deep", "lr_deep"), ("wide", "lr_wide")])
 def test_one_part_models_log_only_their_part_s_rate(dataset, tmp_path, model_type, rate):
-    flags = FLAGS[:FLAGS.index("--wide_crosses")] if model_type == "deep" else FLAGS  # crosses are wide
-    result = run(parse_config(["--dataset_path", dataset, "--run_dir", str(tmp_path / "run"), *flags,
-                               "--model_type", model_type, "--num_epochs", "0.3", "--deep_warmup_epochs", "0.1"]))
+    part = DEEP + ["--deep_warmup_epochs", "0.1"] if model_type == "deep" else WIDE  # each part's own flags
+    result = run(parse_config(["--dataset_path", dataset, "--run_dir", str(tmp_path / "run"), *COMMON, *part,
+                               "--model_type", model_type, "--num_epochs", "0.3"]))
     train = [r for r in read_metrics(str(tmp_path / "run" / "metrics.jsonl")) if r["kind"] == "train"]
     assert result.step == len(train) > 0
     assert {k for k in train[-1] if k.startswith("lr_")} == {rate}
