@@ -1,4 +1,5 @@
 """CSV + feature spec -> split binary: streamed in chunks, identical values, bad fields named."""
+import os
 import subprocess
 import sys
 
@@ -167,3 +168,21 @@ def test_output_holding_a_dataset_is_replaced_only_with_overwrite_and_never_mixe
                                        "choose a new or empty directory")]:
         refused = run(target, "--overwrite")
         assert (refused.returncode, refused.stderr) == (1, f"error: --output {target} {message}\n")
+
+
+def test_a_csv_spec_without_dtypes_is_transcoded_with_the_dtypes_the_output_stores(tmp_path):
+    """NVIDIA's bring-your-own specs leave dtypes out. Before: `feature 'cat_0' needs a dtype` for every feature."""
+    write_csv(tmp_path / "train.csv", *rows(30, 1))
+    with_dtypes = yaml.safe_load(open(csv_spec(tmp_path, {"train": ["train.csv"]})))
+    without = {**with_dtypes, "feature_spec": {name: {k: v for k, v in info.items() if k != "dtype"}
+                                               for name, info in with_dtypes["feature_spec"].items()}}
+    (tmp_path / "no_dtypes.yaml").write_text(yaml.safe_dump(without))
+    transcode(str(tmp_path / "csv_spec.yaml"), str(tmp_path / "a"))
+    spec = transcode(str(tmp_path / "no_dtypes.yaml"), str(tmp_path / "b"))
+    dtypes = {name: info["dtype"] for name, info in FeatureSpec.load(str(tmp_path / "b")).feature_spec.items()}
+    assert dtypes == {"label": "bool", "num_0": "float16", "num_1": "float16",
+                      **{f"cat_{i}": FeatureSpec.criteo_like(CARDS).feature_spec[f"cat_{i}"]["dtype"]
+                         for i in range(len(CARDS))}}
+    assert spec.metadata["num_rows"] == {"train": 30}
+    for name in sorted(os.listdir(tmp_path / "a" / "train")):
+        assert (tmp_path / "a" / "train" / name).read_bytes() == (tmp_path / "b" / "train" / name).read_bytes()

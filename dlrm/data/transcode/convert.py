@@ -26,7 +26,14 @@ import pandas as pd
 
 from dlrm.data.format.errors import DataError, SpecError
 from dlrm.data.format.feature_spec import SPEC_FILE_NAME, FeatureSpec
-from dlrm.data.format.spec_rules import CSV
+from dlrm.data.format.spec_rules import (
+    CATEGORICAL_CHANNELS,
+    CSV,
+    LABEL_CHANNEL,
+    MAP_CHANNEL,
+    NUMERICAL_CHANNEL,
+    categorical_dtype,
+)
 from dlrm.data.format.writer import SplitBinaryWriter
 from dlrm.data.transcode.parquet_input import ParquetColumns, is_parquet_spec, row_batches, spec_problems
 from dlrm.features import PADDING_ID
@@ -241,12 +248,31 @@ def transcode_parquet_mapping(input_spec: FeatureSpec, out_dir: str, out_spec: F
     return writer.rows_written
 
 
+def with_chosen_dtypes(spec: FeatureSpec) -> FeatureSpec:
+    """A CSV spec with a dtype for each feature that has none, as NVIDIA's bring-your-own specs leave them out
+    (their transcoders choose). The choice is what the split-binary output stores (`output_spec`): bool labels,
+    float16 numericals (NVIDIA's split-binary layout; CTR features are normalised counts, and the reader
+    widens them), the smallest of int8/int16/int32 holding each cardinality, int64 group ids."""
+    chosen = {LABEL_CHANNEL: "bool", NUMERICAL_CHANNEL: "float16", MAP_CHANNEL: "int64"}
+    for channel, names in spec.channel_spec.items():
+        for name in names if isinstance(names, list) else []:
+            info = spec.feature_spec.get(name)
+            if not isinstance(info, dict) or "dtype" in info:
+                continue
+            if channel in CATEGORICAL_CHANNELS:
+                if isinstance(info.get("cardinality"), int) and info["cardinality"] >= 1:
+                    info["dtype"] = categorical_dtype(info["cardinality"]).name
+            elif channel in chosen:
+                info["dtype"] = chosen[channel]
+    return spec
+
+
 def load_input_spec(path: str) -> FeatureSpec:
-    """The input spec, checked by the rules of its format (CSV: the project's; parquet: NVIDIA's BYO rules)
-    and its files' existence; every problem in one error."""
+    """The input spec, checked by the rules of its format (CSV: the project's, dtypes chosen where the spec
+    gives none; parquet: NVIDIA's BYO rules) and its files' existence; every problem in one error."""
     spec = FeatureSpec.load(path)
     if not is_parquet_spec(spec):
-        return spec.validate(check_files=True)
+        return with_chosen_dtypes(spec).validate(check_files=True)
     problems = spec_problems(spec)
     if not problems:
         paths = [(m, spec.resolve(f)) for m in spec.mappings for f in spec.source_spec[m][0]["files"]]
