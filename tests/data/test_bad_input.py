@@ -390,8 +390,16 @@ def test_ctrl_c_outside_training_exits_130_with_one_line(tmp_path):
                              "--train_rows", "200000000", "--test_rows", "10"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob("gen.tmp-*/train")) and proc.poll() is None and time.monotonic() < deadline:
+        # Rows written: past start-up and the kernels' first compilation (a signal is handled between
+        # bytecodes, so one sent during a long compile would wait for it).
+        def writing() -> bool:
+            try:
+                return any(path.stat().st_size > 0 for path in tmp_path.glob("gen.tmp-*/train/*.partial"))
+            except OSError:  # renamed or removed meanwhile
+                return False
+
+        deadline = time.monotonic() + 120
+        while not writing() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert proc.poll() is None, "the generator ended before the signal"
         proc.send_signal(signal.SIGINT)

@@ -109,8 +109,9 @@ def test_cli_reports_errors_and_succeeds(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert FeatureSpec.load(str(tmp_path / "bin")).num_rows("train") == 10
     (tmp_path / "d.csv").write_text("1,2,x,0,0,0\n")
-    bad = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    bad = subprocess.run([*run, "--overwrite"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 1 and "d.csv" in bad.stderr and "'num_1'" in bad.stderr and "line 1" in bad.stderr
+    assert FeatureSpec.load(str(tmp_path / "bin")).num_rows("train") == 10  # the dataset it would replace is intact
 
 
 def test_writer_error_in_a_later_file_names_that_file_and_its_line(tmp_path):

@@ -254,6 +254,6 @@ def test_cli(tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert "'train': 10" in ok.stdout and FeatureSpec.load(str(tmp_path / "bin")).num_rows("test") == 6
     write_parts(tmp_path, {"a.parquet": _with(table(10, 1), "ad_id", [0] * 9 + [77], pa.int64())})
-    bad = subprocess.run(run, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    bad = subprocess.run([*run, "--overwrite"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert f"file {tmp_path / 'a.parquet'}, feature 'ad_id', row 9: id 77 is outside [0, 50)" in bad.stderr

@@ -6,11 +6,13 @@
   and the fixed-buffer average: bit-equal to the sum in rank order / N on every rank, with ranks arriving
   in a different order.
 - A rank that stops (SIGSTOP) is named by the others within the collective deadline, and the job ends.
-- `main.py` on the MPI backend: SIGUSR1 to one rank stops every rank at one step with a checkpoint;
-  kill -9 of rank 0 mid-training ends the job non-zero within the bound and the checkpoint resumes on
-  2 ranks; SIGSTOP of a rank mid-training ends the job within the deadline with one line per waiting
-  rank naming the stopped one, and leaves no process behind; in steady training (between checkpoints) the
-  short step deadline ends it, not the long collective one.
+- `main.py` on the MPI backend: SIGSTOP of a rank mid-training ends the job within the deadline with one
+  line per waiting rank naming the stopped one, and leaves no process behind; in steady training (between
+  checkpoints) the short step deadline ends it, not the long collective one.
+
+Signals and killed ranks under `main.py` are tested on the stack's backend, the MPI backend on the current
+stack: SIGUSR1 to one of two ranks (tests/integration/test_signals.py), a SIGKILLed rank
+(test_rank_failure.py), a 3-rank job killed and restarted bit-identically (test_resume_sigkill.py).
 """
 from __future__ import annotations
 
@@ -96,27 +98,6 @@ def _wait_for_checkpoint(proc, root: str) -> dict:
     return rank_pids(proc.pid)
 
 
-@pytest.mark.multirank
-@pytest.mark.slow
-def test_sigusr1_to_one_rank_stops_every_rank_at_one_step_with_a_checkpoint():
-    from dlrm.train import checkpoint
-
-    work = scratch_dir("mpi_signal_")
-    started = time.monotonic()
-    proc, _, root = _training_job(work, 2)
-    pids: dict = {}
-    try:
-        pids = _wait_for_checkpoint(proc, root)
-        os.kill(pids[1], signal.SIGUSR1)  # rank 1 only: rank 0 learns it at the next step boundary
-    finally:
-        run = finish(proc, timeout=180 + time.monotonic() - started, started=started, result_dir=work)
-        _clean_up(pids.values())
-    assert not run.timed_out and run.returncode == 128 + signal.SIGUSR1, run.stderr[-3000:]
-    [line] = [text for _, text in rank_lines(run.stderr) if text.startswith("error:")]
-    step = int(re.search(r"stopped by SIGUSR1 after step (\d+)", line).group(1))
-    assert checkpoint.find_checkpoint(root) == os.path.join(root, f"step_{step:08d}")
-
-
 def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: dict | None = None,
                          checkpoint_every: int = 2, bound: float = BOUND_SECONDS):
     """Send `number` to `rank` of a training job once it has a checkpoint; returns (run, seconds from the
@@ -138,19 +119,6 @@ def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: d
     assert not run.timed_out and run.returncode != 0 and seconds < bound, run.stderr[-3000:]
     assert gone, "ranks left behind after the launcher ended"
     return run, seconds, pids, flags, root
-
-
-@pytest.mark.multirank
-@pytest.mark.slow
-def test_kill_9_of_a_rank_ends_the_job_and_the_checkpoint_resumes():
-    from dlrm.train import checkpoint
-
-    _, _, _, flags, root = _signal_mid_training("mpi_kill_", 2, 0, signal.SIGKILL)
-    last = checkpoint.find_checkpoint(root)
-    step = checkpoint.read_meta(last)["step"]
-    resumed = run_ranks(2, ["main.py", *flags, "--max_steps", str(step + 2)], backend="mpi", timeout=180).check()
-    assert f"restored {last} (step {step}, written by 2 rank(s))" in resumed.stdout + resumed.stderr
-    assert checkpoint.read_meta(checkpoint.find_checkpoint(root))["step"] == step + 2
 
 
 @pytest.mark.multirank

@@ -1,9 +1,9 @@
 """Wide & Deep quality: the embedded W&D demo (`python main.py --arch widedeep`: the `widedeep_tiny`
 synthetic click log, its pair effects crossed in the wide part, 2.5 epochs on 2 CPU cores) reaches >= 0.95 x
-the Bayes-optimal MAP@12 recorded by the generator, and each part alone (`--model_type wide` / `deep`, same
-data, same flags and budget) scores clearly below it: the wide part cannot represent the request x ad
-interactions, the deep part does not learn the random per-pair effects that the crossed features hold
-(docs/data.md)."""
+the Bayes-optimal MAP@12 recorded by the generator, and the wide part alone (`--model_type wide`, same data,
+same flags and budget) scores clearly below it: it cannot represent the request x ad interactions. The deep
+part alone (which does not learn the random per-pair effects the crossed features hold) is measured, not
+re-run here: 2 more minutes of CI for a deterministic figure (docs/data.md)."""
 import time
 
 import pytest
@@ -12,9 +12,8 @@ from dlrm.cli import parse_config
 from dlrm.train.modes import run
 
 TARGET = 0.95
-# How far below Wide & Deep each part alone must land (MAP@12; measured 0.039 for wide, 0.046 for deep:
-# docs/data.md).
-PART_ALONE_GAP = {"wide": 0.025, "deep": 0.025}
+# How far below Wide & Deep the wide part alone must land (MAP@12; measured 0.039: docs/data.md).
+PART_ALONE_GAP = {"wide": 0.025}
 
 
 def _train(tmp_path, model_type: str):
@@ -32,7 +31,7 @@ def _train(tmp_path, model_type: str):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("widedeep_quality")
-    return {model_type: _train(tmp_path, model_type) for model_type in ("wide_n_deep", "wide", "deep")}
+    return {model_type: _train(tmp_path, model_type) for model_type in ("wide_n_deep", "wide")}
 
 
 @pytest.mark.slow
@@ -42,6 +41,6 @@ def test_widedeep_demo_reaches_95_percent_of_bayes_map(results):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("part", ["wide", "deep"])
-def test_each_part_alone_scores_clearly_below_wide_and_deep(results, part):
+@pytest.mark.parametrize("part", ["wide"])
+def test_the_wide_part_alone_scores_clearly_below_wide_and_deep(results, part):
     assert results[part].map_at_12 < results["wide_n_deep"].map_at_12 - PART_ALONE_GAP[part]

@@ -15,7 +15,6 @@ generated in fixed-size blocks, each from its own seed, fully vectorised.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
@@ -23,7 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dlrm.data.format.feature_spec import FeatureSpec
-from dlrm.data.format.writer import SplitBinaryWriter
+from dlrm.data.format.writer import SplitBinaryWriter, dataset_dir
 from dlrm.data.synthetic.click_model import GENERATOR_VERSION, ClickModel, build_click_model
 from dlrm.data.synthetic.sampling import GeneratorParams, sample_features
 from dlrm.exact_metrics import exact_auc, log_loss_from_logits
@@ -146,10 +145,7 @@ def is_generated(directory: str, cardinalities: Sequence[int], train_rows: int, 
 def generate_atomically(directory: str, cardinalities: Sequence[int], train_rows: int, test_rows: int, seed: int,
                         hotness: Optional[Sequence[int]] = None, preset: Optional[str] = None) -> None:
     """`generate_dataset` into a temporary directory renamed over `directory`: a half-written
-    dataset is never reused, and an outdated one is replaced only once the new one is complete."""
-    tmp = f"{directory}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    generate_dataset(tmp, cardinalities, train_rows, test_rows, seed, preset=preset, hotness=hotness)
-    if os.path.exists(directory):
-        shutil.rmtree(directory)
-    os.rename(tmp, directory)
+    dataset is never reused, and an outdated one (never another directory: `dlrm.output_dir`) is replaced
+    only once the new one is complete."""
+    with dataset_dir(directory, "--synthetic_dir").staged(overwrite=True) as tmp:
+        generate_dataset(tmp, cardinalities, train_rows, test_rows, seed, preset=preset, hotness=hotness)

@@ -17,7 +17,6 @@ while it is ordered (peak ~0.6 GB at 1.5M rows).
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -26,7 +25,7 @@ import numpy as np
 
 from dlrm.choices import named_choice
 from dlrm.data.format.feature_spec import FeatureSpec
-from dlrm.data.format.writer import SplitBinaryWriter
+from dlrm.data.format.writer import SplitBinaryWriter, dataset_dir
 from dlrm.data.synthetic.criteo import cap_rows
 from dlrm.data.synthetic.presets import WIDEDEEP_PRESETS
 from dlrm.data.synthetic.sampling import GeneratorParams, bag_ids, zipf_ids
@@ -340,14 +339,7 @@ def is_widedeep_generated(directory: str, preset: str, rows: int, seed: int) -> 
 
 
 def generate_widedeep_atomically(directory: str, preset: str, rows: int, seed: int) -> None:
-    """`generate_widedeep` into a temporary directory renamed over `directory` once complete."""
-    tmp = f"{directory}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    """`generate_widedeep` into a temporary directory renamed over `directory` (an outdated dataset, never
+    another directory: `dlrm.output_dir`) once complete."""
+    with dataset_dir(directory, "--synthetic_dir").staged(overwrite=True) as tmp:
         generate_widedeep(tmp, preset, rows, seed)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if os.path.exists(directory):
-        shutil.rmtree(directory)
-    os.rename(tmp, directory)
