@@ -5,7 +5,8 @@
   replaces only an earlier output of the same kind (a directory holding its marker file), never an
   unrelated directory.
 - The output is written aside (`<out>.tmp-<pid>`) and renamed into place complete: old and new files never
-  mix, and a run that fails or is interrupted leaves the target as it was.
+  mix, and a run that fails or is interrupted leaves the target as it was (a kill between the two renames
+  that replace an earlier output leaves it in `<out>.old-<pid>`).
 """
 from __future__ import annotations
 
@@ -43,7 +44,11 @@ class OutputDir:
         named = f"{self.flag} {self.path}"
         if os.path.lexists(target) and not os.path.isdir(target):
             raise OutputDirError(f"{named} exists and is not a directory")
-        if os.path.isdir(target) and os.listdir(target):
+        try:
+            holds_files = os.path.isdir(target) and bool(os.listdir(target))
+        except OSError as error:
+            raise OutputDirError(f"cannot read {named}: {describe_os_error(error)}") from None
+        if holds_files:
             if not os.path.exists(os.path.join(target, self.marker)):
                 raise OutputDirError(f"{named} is a non-empty directory that holds no {self.kind} (no {self.marker}): "
                                      f"choose a new or empty directory")
@@ -69,13 +74,24 @@ class OutputDir:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             yield tmp
-            old = f"{target}.old-{os.getpid()}"
-            if os.path.lexists(target):
-                os.rename(target, old)
-            os.rename(tmp, target)
-            fsync_dir(os.path.dirname(target))
-            shutil.rmtree(old, ignore_errors=True)
+            _replace(target, tmp)
         except OSError as error:
-            raise OutputDirError(f"cannot write {self.flag} {self.path}: {describe_os_error(error)}") from None
+            raise OutputDirError(f"{self.flag} {self.path} not written: {describe_os_error(error)}") from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replace(target: str, complete: str) -> None:
+    """Put the directory `complete` in place of `target` by two renames; if the second fails, the old
+    target is put back."""
+    old = f"{target}.old-{os.getpid()}"
+    if os.path.lexists(target):
+        os.rename(target, old)
+    try:
+        os.rename(complete, target)
+    except OSError:
+        if os.path.lexists(old):
+            os.rename(old, target)
+        raise
+    fsync_dir(os.path.dirname(target))
+    shutil.rmtree(old, ignore_errors=True)

@@ -6,6 +6,8 @@ from typing import IO, Any, Union
 
 import yaml
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
 
 class DuplicateKeyError(yaml.YAMLError):
     """A key given twice in one mapping."""
@@ -16,6 +18,8 @@ class _StrictLoader(yaml.SafeLoader):
         if isinstance(node, yaml.MappingNode):
             seen: dict = {}
             for key_node, _ in node.value:
+                if key_node.tag == MERGE_TAG:  # `<<: *defaults`: merged keys may be overridden, as YAML says
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
                     first = seen.setdefault(key, key_node.start_mark)

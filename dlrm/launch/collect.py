@@ -74,8 +74,12 @@ def checkpoint_meta(records: List[dict]) -> Optional[dict]:
     meta_path = os.path.join(paths[-1], "meta.json") if paths else None
     if meta_path is None or not os.path.exists(meta_path):
         return None
-    with open(meta_path) as f:
-        return json.load(f)
+    try:
+        with open(meta_path, "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError):  # damaged: the run's row is collected without its checkpoint's figures
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def dense_parameters(dense_shapes: dict) -> int:

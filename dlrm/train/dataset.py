@@ -8,6 +8,7 @@ import time
 from dlrm import dist
 from dlrm.config import Config, DataConfig
 from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import dataset_dir
 from dlrm.data.reader.validate import check_mappings
 from dlrm.data.synthetic.criteo import preset_cardinalities, preset_hotness
 from dlrm.data.synthetic.presets import is_widedeep_preset
@@ -25,6 +26,9 @@ def prepare_dataset(data_cfg: DataConfig, group: dist.ProcessGroup, log: Metrics
     if data_cfg.dataset_dir:
         return data_cfg.dataset_dir
     directory = os.path.abspath(data_cfg.synthetic_dir)
+    # Every rank refuses a --synthetic_dir in the way (a file, another directory) alike, before rank 0
+    # would fail alone and leave the others at the barrier.
+    dataset_dir(directory, "--synthetic_dir").check(overwrite=True)
     if group.rank == 0:
         _generate_synthetic(data_cfg, directory, log)
     group.barrier()  # the other ranks wait for rank 0's dataset

@@ -383,6 +383,20 @@ def test_generator_refuses_to_overwrite_a_dataset_without_overwrite(tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 
+def test_a_synthetic_dir_in_the_way_is_one_message_and_left_alone(tmp_path):
+    """Before, an outdated --synthetic_dir was removed whatever it held; a file there gave a traceback."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    for target, why in [(tmp_path / "mine", "is a non-empty directory that holds no dataset (no feature_spec.yaml): "
+                                            "choose a new or empty directory"),
+                        (tmp_path / "mine" / "notes.txt", "exists and is not a directory")]:
+        run = subprocess.run([sys.executable, "main.py", "--synthetic_dir", str(target), "--max_steps", "1"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and run.stderr.splitlines()[-1] == f"error: --synthetic_dir {target} {why}", \
+            run.stderr[-2000:]
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
+
+
 def test_ctrl_c_outside_training_exits_130_with_one_line(tmp_path):
     """SIGINT while the generator writes (a real signal to a real process): no KeyboardInterrupt traceback."""
     out = tmp_path / "gen"

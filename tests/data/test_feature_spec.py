@@ -96,6 +96,13 @@ def test_load_errors_name_the_file(tmp_path):
         FeatureSpec.criteo_like([3]).validate(check_files=False, mappings=["valid"])
 
 
+def test_yaml_merge_keys_still_load_and_may_be_overridden():
+    from dlrm import strict_yaml
+
+    assert strict_yaml.load("base: &b {dtype: int8, cardinality: 3}\ncat_0:\n  <<: *b\n  cardinality: 5\n") == {
+        "base": {"dtype": "int8", "cardinality": 3}, "cat_0": {"dtype": "int8", "cardinality": 5}}
+
+
 @pytest.mark.parametrize("where", ["a feature", "a feature's field", "a section"])
 def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path, where):
     """PyYAML keeps the last of two equal keys; a spec edited by hand must not lose a feature silently."""

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import yaml
 
-from dlrm.data.format.errors import DataError
+from dlrm.data.format.errors import DataError, SpecError
 from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.data.reader.reader import BatchReader
 from dlrm.data.transcode.convert import transcode
@@ -187,3 +187,12 @@ def test_a_csv_spec_without_dtypes_is_transcoded_with_the_dtypes_the_output_stor
     assert spec.metadata["num_rows"] == {"train": 30}
     for name in sorted(os.listdir(tmp_path / "a" / "train")):
         assert (tmp_path / "a" / "train" / name).read_bytes() == (tmp_path / "b" / "train" / name).read_bytes()
+
+
+def test_a_cardinality_beyond_int32_ids_without_a_dtype_is_named_not_a_traceback(tmp_path):
+    write_csv(tmp_path / "train.csv", *rows(5, 1))
+    spec = yaml.safe_load(open(csv_spec(tmp_path, {"train": ["train.csv"]})))
+    spec["feature_spec"]["cat_2"] = {"cardinality": 2**31 + 5}
+    (tmp_path / "huge.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError, match="cat_2"):
+        transcode(str(tmp_path / "huge.yaml"), str(tmp_path / "out"))

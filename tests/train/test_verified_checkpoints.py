@@ -103,6 +103,16 @@ def test_a_checkpoint_without_a_manifest_restores_and_is_checked_for_finite_comp
             _restore(path)
 
 
+def test_an_array_file_added_to_a_checkpoint_is_refused(tmp_path):
+    """Restore finds pieces by listing directories: a stray piece would be read with the others."""
+    path = _save(tmp_path)
+    stray = os.path.join(path, "embedding", "cat%251", "value", "r0-7_c0-4.npy")
+    np.save(stray, np.zeros((7, 4), np.float32))
+    with pytest.raises(CheckpointError, match=r"r0-7_c0-4\.npy \(table 'cat%1', slot 'value', piece r0-7_c0-4\) is "
+                                              r"not listed in the manifest"):
+        _restore(path)
+
+
 def test_a_checkpoint_whose_meta_says_it_has_a_manifest_is_refused_without_it(tmp_path):
     path = _save(tmp_path)
     os.remove(os.path.join(path, ckpt.MANIFEST))
@@ -152,3 +162,9 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_verifies_and_eval_and_e
             and f"resuming from the next older checkpoint, {tmp_path / 'ckpt' / 'step_00000003'}" in resumed.stdout
             and "restored " + str(tmp_path / "ckpt" / "step_00000003") in resumed.stdout), resumed.stdout[-3000:]
     assert ckpt.find_checkpoint(str(tmp_path / "ckpt")).endswith("step_00000009")
+
+    final = str(tmp_path / "ckpt" / "step_00000009")  # the final checkpoint damaged: rerun the finished run
+    damage(final, "dense", "flipped")
+    again = _main([*common, "--max_steps", "9"])
+    assert again.returncode == 0 and "resuming from the next older checkpoint" in again.stdout, again.stderr[-3000:]
+    assert ckpt.read_arrays(final)  # written again, not kept damaged because its directory existed

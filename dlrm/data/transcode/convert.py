@@ -260,8 +260,12 @@ def with_chosen_dtypes(spec: FeatureSpec) -> FeatureSpec:
             if not isinstance(info, dict) or "dtype" in info:
                 continue
             if channel in CATEGORICAL_CHANNELS:
-                if isinstance(info.get("cardinality"), int) and info["cardinality"] >= 1:
-                    info["dtype"] = categorical_dtype(info["cardinality"]).name
+                cardinality = info.get("cardinality")
+                try:
+                    if isinstance(cardinality, int) and not isinstance(cardinality, bool) and cardinality >= 1:
+                        info["dtype"] = categorical_dtype(cardinality).name
+                except ValueError:  # beyond int32 ids: the spec check names it
+                    pass
             elif channel in chosen:
                 info["dtype"] = chosen[channel]
     return spec

@@ -145,7 +145,7 @@ def find_checkpoint(path: str) -> Optional[str]:
         return path
     latest_file = os.path.join(path, LATEST)
     if os.path.isfile(latest_file):
-        with open(latest_file) as f:
+        with open(latest_file, encoding="utf-8", errors="replace") as f:  # garbled: matches no step_* name
             name = f.read().strip()
         if STEP_DIR.match(name) and os.path.isfile(os.path.join(path, name, META)):
             return os.path.join(path, name)

@@ -10,7 +10,7 @@ import json
 import os
 import re
 import shutil
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -68,7 +68,7 @@ def raise_agreed(group: ProcessGroup, problem: Optional[str], on_failure: Callab
         raise_failures(group, failures, on_failure())
 
 
-def raise_failures(group: ProcessGroup, failures: Sequence[Failure], note: str = "") -> None:
+def raise_failures(group: ProcessGroup, failures: Sequence[Failure], note: str = "") -> NoReturn:
     """Stop every rank after an agreement that found `failures` (the same list on every rank).
 
     The lowest failing rank raises CheckpointError with its message (and its host when there are
@@ -94,6 +94,8 @@ def verify_checkpoint(checkpoint_dir: str, group: ProcessGroup) -> List[Failure]
         check_share(checkpoint_dir, group.rank, group.size)
     except CheckpointError as error:
         problem = str(error)
+    except (OSError, ValueError, KeyError, TypeError) as error:  # e.g. a hand-made manifest: still agree
+        problem = f"checkpoint {checkpoint_dir} cannot be verified: {error}"
     return group.agree(problem, name="checkpoint_verify")
 
 

@@ -26,10 +26,11 @@ def restore_source(train_cfg: TrainConfig) -> Optional[str]:
     return None
 
 
-def _own_checkpoints(root: str) -> List[str]:
-    """The checkpoints of a run's own directory, the one to resume first (`latest`), then newest first."""
-    first = find_checkpoint(root)
-    if first is None:
+def _own_checkpoints(root: Optional[str]) -> List[str]:
+    """The checkpoints of a run's own directory (none without one), the one to resume first (`latest`), then
+    newest first."""
+    first = find_checkpoint(root) if root else None
+    if root is None or first is None:
         return []
     older = [os.path.join(root, name) for name in reversed(complete_checkpoints(root))]
     return [first] + [path for path in older if os.path.normpath(path) != os.path.normpath(first)]
@@ -39,7 +40,7 @@ def training_source(parts: Parts, say: Callable[[str], None]) -> Tuple[Optional[
     """(checkpoint training starts from, whether it is verified already): in the run's own directory
     (--save_checkpoint_path) the newest that verifies, each damaged one skipped with a message (`say`);
     else --restore_checkpoint_path, verified by `restore`. Raises if none of the run's own verifies."""
-    candidates = _own_checkpoints(parts.config.train.save_checkpoint_path or "")
+    candidates = _own_checkpoints(parts.config.train.save_checkpoint_path)
     if not candidates:
         return restore_source(parts.config.train), False
     newest_failures = None
@@ -54,7 +55,6 @@ def training_source(parts: Parts, say: Callable[[str], None]) -> Tuple[Optional[
     raise_failures(parts.group, newest_failures or [],
                    "; no checkpoint of this run verifies (move the damaged ones away to start from the "
                    "beginning)")
-    return None, False  # not reached: raise_failures raises
 
 
 def restore(parts: Parts, source: str, training: bool, verified: bool = False) -> dict:

@@ -3,7 +3,6 @@ and the refusal to write NaN/inf weights."""
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import ContextManager, Optional
 
 import tensorflow as tf
@@ -11,8 +10,7 @@ import tensorflow as tf
 from dlrm import dist
 from dlrm.errors import UserError
 from dlrm.train.build import Parts, optimizer_label
-from dlrm.train.checkpoint.directory import find_checkpoint
-from dlrm.train.checkpoint.files import checkpoint_bytes, step_dir_name
+from dlrm.train.checkpoint.files import checkpoint_bytes
 from dlrm.train.checkpoint.protocol import prepare_checkpoint_dir, save_checkpoint
 from dlrm.train.metrics_log import MetricsLog
 
@@ -79,14 +77,12 @@ class Checkpoints:
         return self.last
 
     def save_final(self, step: int) -> Optional[str]:
-        """The end-of-training checkpoint (kept if this step was already written, e.g. resumed at the end)."""
-        if not self.root:
+        """The end-of-training checkpoint: kept if this run wrote or restored this very step (e.g. resumed at
+        the end), else written, over a `step_X` directory of that step already on disk (one that failed
+        verification and was skipped on resume)."""
+        if not self.root or (self.last is not None and self.last_step == step):
             return self.last
-        final = os.path.join(self.root, step_dir_name(step))
-        if find_checkpoint(final) is None:
-            return self.save(step)
-        self.last, self.last_step = final, step
-        return final
+        return self.save(step)
 
     def save_before_stopping(self, step: int) -> str:
         """Checkpoint the state after `step` on the way out; returns a note for the user saying what was

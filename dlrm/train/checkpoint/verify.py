@@ -145,6 +145,11 @@ def check_share(directory: str, rank: int, size: int) -> None:
     """Check this rank's share of a checkpoint's files (all of them for one process); raises CheckpointError."""
     files = read_manifest(directory)
     names = sorted(files) if files is not None else [META] + _npy_files(directory)
+    if files is not None and rank == 0:  # restore finds pieces by listing directories: no stray array may join
+        unlisted = sorted(set(_npy_files(directory)) - set(files))
+        if unlisted:
+            raise damaged(directory, unlisted[0], "is not listed in the manifest (a file added after the "
+                                                  "checkpoint was written)")
     for number, relative in enumerate(names):
         if number % size == rank:
             check_file(directory, relative, None if files is None else files[relative])
