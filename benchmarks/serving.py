@@ -85,7 +85,7 @@ def main(argv: Optional[list] = None) -> dict:
     tf.config.threading.set_inter_op_parallelism_threads(1)
     source = load_source(checkpoint, dataset)
     parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False)
-    restore(parts, source.directory, training=False)
+    restore(parts, source.directory, training=False, verified=True)  # load_source verified it
     predict_step = make_predict_step(parts.model)
     layout = ServingLayout(contract_from_spec(source.spec, source.config.model.embedding_dim,
                                               source.config.model.combiner))
