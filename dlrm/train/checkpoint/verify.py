@@ -16,10 +16,10 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from dlrm.train.checkpoint.directory import META, read_meta
 from dlrm.train.checkpoint.files import CheckpointError, FileEntries
 
 MANIFEST = "manifest.json"
-META = "meta.json"
 CHECKSUM = "crc32"
 FIRST_FORMAT_WITH_MANIFEST = 3
 _READ_BYTES = 8 << 20  # read at a time while checking a file
@@ -54,8 +54,8 @@ def read_manifest(directory: str) -> Optional[FileEntries]:
     """The manifest's file entries, or None for a checkpoint written before manifests (format 1 or 2)."""
     path = os.path.join(directory, MANIFEST)
     if not os.path.exists(path):
-        meta_format = _meta_format(directory)
-        if meta_format >= FIRST_FORMAT_WITH_MANIFEST:
+        meta_format = read_meta(directory).get("format_version", 0)
+        if not isinstance(meta_format, int) or meta_format >= FIRST_FORMAT_WITH_MANIFEST:
             raise damaged(directory, MANIFEST, f"is missing (meta.json says format {meta_format})")
         return None
     try:
@@ -69,14 +69,6 @@ def read_manifest(directory: str) -> Optional[FileEntries]:
     if not intact:
         raise damaged(directory, MANIFEST, "does not match its own checksum (bytes changed)")
     return files
-
-
-def _meta_format(directory: str) -> int:
-    try:
-        with open(os.path.join(directory, META), "rb") as f:
-            return int(json.loads(f.read().decode("utf-8")).get("format_version", 0))
-    except (OSError, ValueError, AttributeError, TypeError) as error:
-        raise damaged(directory, META, f"cannot be read: {error}") from None
 
 
 def _npy_files(directory: str) -> List[str]:
