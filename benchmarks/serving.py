@@ -84,7 +84,8 @@ def main(argv: Optional[list] = None) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     source = load_source(checkpoint, dataset)
-    parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False)
+    parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False,
+                           restored=True)
     restore(parts, source.directory, training=False, verified=True)  # load_source verified it
     predict_step = make_predict_step(parts.model)
     layout = ServingLayout(contract_from_spec(source.spec, source.config.model.embedding_dim,

@@ -10,25 +10,33 @@ flags the user actually typed; they become a `PartialConfig` laid over the prese
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
 from typing import Optional, Sequence
 
 from dlrm.argtypes import ArgumentParser, show_default
+from dlrm.checkpoint_layout import META, CheckpointError, read_meta, restore_source
 from dlrm.cli_flags import FLAG_GROUPS, FieldPath, Flag
 from dlrm.cli_presets import SHOWN_PRESETS, configure
-from dlrm.config import Config, PartialConfig
+from dlrm.config import Config, ModelConfig, PartialConfig, TrainConfig
 
 DESCRIPTION = ("Train / evaluate DLRM, DCNv2 or Wide & Deep on a split-binary dataset. Without --dataset_path, "
                "a small synthetic dataset is generated and the demo preset is used.")
 
 
+def _shown(flag: Flag, value: object) -> str:
+    """A value of `flag` as a user would type it."""
+    return show_default(value, " " if flag.several else "-")
+
+
 def _help(flag: Flag, defaults: Config) -> str:
     """The flag's help with its default and the value each preset gives it, as a user would type them."""
     section, name = flag.fields[0]
-    separator = " " if flag.several else "-"
     shown = [("default", getattr(getattr(defaults, section), name))]
     shown += [(label, preset.get(section, name)) for label, preset in SHOWN_PRESETS
               if name in getattr(preset, section)]
-    return f"{flag.help} (" + "; ".join(f"{label}: {show_default(value, separator)}" for label, value in shown) + ")"
+    return f"{flag.help} (" + "; ".join(f"{label}: {_shown(flag, value)}" for label, value in shown) + ")"
 
 
 def _add(group, flag: Flag, defaults: Config) -> None:
@@ -77,6 +85,47 @@ def typed_flags(given: dict[str, object], parser: argparse.ArgumentParser) -> Pa
     return PartialConfig(**sections)
 
 
+# The modes that read a checkpoint's weights into a model they build, and so take its model from the checkpoint.
+MODES_TAKING_THE_CHECKPOINTS_MODEL = ("eval", "inference_benchmark")
+# What a checkpoint records of its model but evaluation does not take: the initialisers' seed (the
+# checkpoint's weights replace whatever it draws).
+_NOT_TAKEN = ("seed",)
+
+
+def with_checkpoint_model(flags: PartialConfig, given: dict[str, object],
+                          parser: argparse.ArgumentParser) -> PartialConfig:
+    """`flags` with the model of the checkpoint that --mode eval / inference_benchmark reads (its meta.json's
+    configuration: arch, model type, dims, crosses): the architecture flags need not be typed again, and a
+    typed one that contradicts the checkpoint is refused naming both values. Other modes, no checkpoint, or a
+    checkpoint recording no configuration (format 1): `flags` unchanged, and the restore compares the model
+    built from the flags with the checkpoint's."""
+    mode = flags.get("train", "mode", TrainConfig.mode)
+    if mode not in MODES_TAKING_THE_CHECKPOINTS_MODEL:
+        return flags
+    try:
+        source = restore_source(dataclasses.replace(TrainConfig(), **flags.train))
+    except CheckpointError:
+        return flags  # none at --restore_checkpoint_path: the mode says so when it looks for one
+    if source is None:
+        return flags
+    recorded_config = read_meta(source).get("config")
+    saved = recorded_config.get("model") if isinstance(recorded_config, dict) else None
+    if not isinstance(saved, dict):
+        return flags
+    model = Config.from_dict({"model": saved}).model
+    recorded = {item.name: getattr(model, item.name) for item in dataclasses.fields(ModelConfig)
+                if item.name in saved and item.name not in _NOT_TAKEN}
+    for dest in given:
+        flag = FLAGS_BY_DEST[dest]
+        for section, name in flag.fields:
+            typed = flags.get(section, name)
+            if section == "model" and name in recorded and json.dumps(typed) != json.dumps(recorded[name]):
+                parser.error(f"argument {flag.name}: {_shown(flag, typed)} contradicts the checkpoint's "
+                             f"{_shown(flag, recorded[name])} ({os.path.join(source, META)}); --mode {mode} takes "
+                             f"the model from the checkpoint: leave {flag.name} out")
+    return dataclasses.replace(flags, model={**recorded, **flags.model})
+
+
 def _refuse_flags_that_do_not_apply(given: dict[str, object], config: Config,
                                     parser: argparse.ArgumentParser) -> None:
     """A typed flag outside the archs or Wide & Deep model types it is declared for (`cli_flags`) would be
@@ -112,10 +161,11 @@ def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
 
 
 def parse_config(argv: Optional[Sequence[str]] = None) -> Config:
-    """Flags -> Config: reference defaults, then the presets the flags call for, then the flags typed."""
+    """Flags -> Config: reference defaults, then the presets the flags call for, then the flags typed (with the
+    model of the checkpoint an evaluation reads)."""
     parser = build_parser()
     given = vars(parser.parse_args(list(argv) if argv is not None else None))
-    config = configure(typed_flags(given, parser))
+    config = configure(with_checkpoint_model(typed_flags(given, parser), given, parser))
     _refuse_flags_that_do_not_apply(given, config, parser)
     _validate(config, parser)
     return config

@@ -11,7 +11,7 @@ one pooled vector per (row, table), concatenated in table order: [B, total_dim],
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
 COMBINERS = ("sum", "mean")
@@ -29,6 +29,8 @@ class TableConfig:
     `hotness`: ids per row (1 for one-hot; `max_hotness` for multi-hot, padded with -1).
     `multi_hot`: the feature is a bag (pooled with `combiner`), even if its hotness is 1.
     `initializer`: one of INITIALIZERS; the model decides it (`dlrm.model_tables.model_tables`), not the data.
+    It says how a table starts, not what it is: tables that differ only in it compare equal (a model built to
+    be restored from a checkpoint starts its tables as zeros, `train.build.build_embeddings`).
     """
 
     name: str
@@ -37,7 +39,7 @@ class TableConfig:
     hotness: int = 1
     combiner: str = "sum"
     multi_hot: bool = False
-    initializer: str = "uniform"
+    initializer: str = field(default="uniform", compare=False)
 
     def problems(self) -> List[str]:
         """Why this table cannot be built (empty if it can)."""

@@ -130,4 +130,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     print(f"dataset written to {result.out_dir}: rows {result.rows}, cardinalities {result.cardinalities}; "
           f"{result.malformed.describe()}")
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0

@@ -76,6 +76,19 @@ def build_feature(parts: list[tuple[np.ndarray, np.ndarray]], threshold: int) ->
     return FeatureDictionary(values, counts, ids)
 
 
+def one_row_warnings(cardinalities: list[int], thresholds: tuple[int, ...], names: tuple[str, ...]) -> list[str]:
+    """A warning per feature whose table has one row: every value of it was missing or below its frequency
+    threshold, so every row gets id 0 and the feature tells the model nothing."""
+    warnings = []
+    for name, cardinality, threshold in zip(names, cardinalities, thresholds):
+        if cardinality == 1:
+            cause = f"seen fewer than {threshold} times (its --frequency_threshold)" if threshold else "absent"
+            advice = f"; lower its threshold with an override in --frequency_threshold (e.g. {name}:1)"
+            warnings.append(f"feature {name}: every value is {cause}, so its table has 1 row and the feature "
+                            f"carries no information" + (advice if threshold else ""))
+    return warnings
+
+
 def lookup_paths(directory: str, feature: int) -> tuple[str, str]:
     return (os.path.join(directory, f"values_{feature:02d}.npy"), os.path.join(directory, f"ids_{feature:02d}.npy"))
 

@@ -36,6 +36,7 @@ from preproc_spark3.config import (
     PreprocessError,
     partition_bytes,
 )
+from preproc_spark3.dictionary import one_row_warnings
 from preproc_spark3.dictionary_job import DictionaryJob, collect_results
 from preproc_spark3.parse_job import ParseJob, Partitions
 from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction
@@ -56,11 +57,12 @@ class PreprocessResult:
     rows: dict[str, int] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     parse_tasks: int = 0  # parse task runs (one per input split: the reduce jobs reuse the map output)
+    warnings: list[str] = field(default_factory=list)  # features left with a one-row table
 
     def to_dict(self) -> dict:
         return {"out_dir": self.out_dir, "lines_per_day": {str(k): v for k, v in self.lines_per_day.items()},
                 "malformed": self.malformed.to_dict(), "cardinalities": self.cardinalities, "rows": self.rows,
-                "stage_seconds": self.stage_seconds, "parse_tasks": self.parse_tasks}
+                "stage_seconds": self.stage_seconds, "parse_tasks": self.parse_tasks, "warnings": self.warnings}
 
 
 @contextmanager
@@ -138,6 +140,9 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
             shutil.rmtree(out / "dictionary", ignore_errors=True)
             os.replace(staging, out / "dictionary")
             result.cardinalities = cardinalities
+            result.warnings = one_row_warnings(cardinalities, config.thresholds, CATEGORICAL_COLUMNS)
+            for warning in result.warnings:
+                log.warning("%s", warning)
             _build_dataset(spark, config, out, shuffled, partitions, layout, result, work)
             result.parse_tasks = runs.value
         finally:

@@ -64,7 +64,8 @@ def export(cfg: ExportConfig, log: Callable[[str], None] = print, flag: str = "-
     if cfg.onnx:
         check_onnx_size(need)
     layout = ServingLayout(contract)
-    parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False)
+    parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False,
+                           restored=True)
     restore(parts, source.directory, training=False, verified=True)
     module = serving_module(parts.model, layout)
     onnx_path = None

@@ -7,7 +7,7 @@ slice of each batch (`make_reader`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import tensorflow as tf
@@ -79,13 +79,16 @@ def configure_tensorflow(train_cfg: TrainConfig) -> None:
     keras.utils.set_random_seed(train_cfg.seed)
 
 
-def build_embeddings(config: Config, contract: FeatureContract,
-                     group: dist.ProcessGroup) -> Tuple[EmbeddingCollection, Optional[Plan]]:
+def build_embeddings(config: Config, contract: FeatureContract, group: dist.ProcessGroup,
+                     restored: bool = False) -> Tuple[EmbeddingCollection, Optional[Plan]]:
     """LocalEmbedding for one process; the planner's hybrid-parallel placement for several (with its plan).
 
     The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
-    before anything is allocated."""
+    before anything is allocated. `restored`: a checkpoint is about to overwrite every table, so the tables
+    start as zeros instead of drawing initial values (minutes for the biggest models)."""
     tables = model_tables(config.model, contract)
+    if restored:
+        tables = tuple(replace(table, initializer="zeros") for table in tables)
     plan = plan_embeddings(tables, group.size, config.sharding,
                            optimizer_slots=embedding_slot_count(config)
                            if config.train.mode == "train" else 0)  # eval and inference hold no slots
@@ -175,15 +178,18 @@ def _readable(variable_name: str) -> str:
     return ".".join(c for c in cleaned if c).replace(" ", "_")
 
 
-def build_parts(config: Config, dataset_dir: str, group: dist.ProcessGroup, with_optimizer: bool) -> Parts:
-    return parts_for_spec(config, FeatureSpec.load(dataset_dir).validate(), group, with_optimizer)
+def build_parts(config: Config, dataset_dir: str, group: dist.ProcessGroup, with_optimizer: bool,
+                restored: bool = False) -> Parts:
+    return parts_for_spec(config, FeatureSpec.load(dataset_dir).validate(), group, with_optimizer, restored)
 
 
-def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, with_optimizer: bool) -> Parts:
-    """The parts for a validated feature spec (its data files are not read here: export needs only the spec)."""
+def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, with_optimizer: bool,
+                   restored: bool = False) -> Parts:
+    """The parts for a validated feature spec (its data files are not read here: export needs only the spec).
+    `restored`: every weight is read from a checkpoint next, so no table draws initial values."""
     contract = contract_from_spec(spec, config.model.embedding_dim, config.model.combiner)
     check_model_shape(config.model, contract)  # before the plan: a model that cannot be built allocates nothing
-    embeddings, plan = build_embeddings(config, contract, group)
+    embeddings, plan = build_embeddings(config, contract, group, restored)
     model = build_model(config.model, contract, embeddings, amp=config.train.amp, xla=config.train.xla)
     group.broadcast_variables(model.dense_variables, root_rank=0)  # replicas start equal
     optimizer = None

@@ -14,13 +14,14 @@ import numpy as np
 import tensorflow as tf
 
 from dlrm import dist
+from dlrm.checkpoint_layout import restore_source
 from dlrm.config import Config
 from dlrm.data.format.errors import MappingTooSmall
 from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
 from dlrm.train.benchmark import train_benchmark
 from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
-from dlrm.train.checkpoint.restore import restore, restore_source
+from dlrm.train.checkpoint.restore import restore
 from dlrm.train.checkpoint.saving import checkpoint_dir_lock
 from dlrm.train.dataset import check_data, prepare_dataset
 from dlrm.train.eval_result import BayesOptimal, final_text
@@ -155,7 +156,9 @@ def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunRe
         check_predictions_path(config.train.predictions_path, group)
         dataset_dir = prepare_dataset(config.data, group, log)
         check_data(config, dataset_dir, group, log)
-        parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train")
+        evaluating_a_checkpoint = config.train.mode != "train" and restore_source(config.train) is not None
+        parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train",
+                            restored=evaluating_a_checkpoint)
         bayes = BayesOptimal.of(parts.spec.metadata) if not config.data.dataset_dir else BayesOptimal()
         log_features(parts, dataset_dir, log)
         result = _run_mode(parts, log, bayes, after_training)

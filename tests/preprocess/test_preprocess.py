@@ -28,7 +28,7 @@ from preproc_spark3.config import (
     parse_days,
     parse_thresholds,
 )
-from preproc_spark3.pipeline import run
+from preproc_spark3.pipeline import REPORT_FILE, run
 from preproc_spark3.session import spark_conf, start_session
 from preproc_spark3.to_binary import ChunkRows, ChunkWriter, part_files
 from tests.support import ROOT
@@ -49,8 +49,9 @@ SCENARIOS = {
     # Several output chunks per split (written by different tasks, concatenated in order).
     "T0": dict(threshold="0", rows_per_chunk=64),
     "T2": dict(threshold="2"),
-    # T=5 plus the other options: per-feature overrides, log(x+3), vocabulary over all days.
-    "T5_overrides_log3_alldays": dict(threshold="5,C2:0,C7:3", log_offset=3.0, dictionary_from_all_days=True),
+    # T=5 plus the other options: per-feature overrides (C5's above every count), log(x+3), vocabulary over all days.
+    "T5_overrides_log3_alldays": dict(threshold="5,C2:0,C5:100000,C7:3", log_offset=3.0,
+                                      dictionary_from_all_days=True),
 }
 
 
@@ -145,6 +146,20 @@ def test_threshold_zero_keeps_every_value_and_higher_thresholds_shrink(outputs, 
     assert t0.cardinalities == distinct
     assert all(a <= b for a, b in zip(t2.cardinalities, t0.cardinalities))
     assert sum(t2.cardinalities) < sum(t0.cardinalities)
+
+
+def test_a_threshold_above_every_count_is_warned_of(outputs):
+    """A feature left with a one-row table (every value below its threshold) is named in the result and the
+    report (the command line prints the same lines)."""
+    config, result = outputs("T5_overrides_log3_alldays")
+    assert [i for i, cardinality in enumerate(result.cardinalities) if cardinality == 1] == [4]
+    assert result.warnings == [
+        "feature C5: every value is seen fewer than 100000 times (its --frequency_threshold), so its table has 1 "
+        "row and the feature carries no information; lower its threshold with an override in "
+        "--frequency_threshold (e.g. C5:1)"]
+    with open(os.path.join(config.out_dir, REPORT_FILE), encoding="utf-8") as f:
+        assert json.load(f)["warnings"] == result.warnings
+    assert outputs("T2")[1].warnings == []
 
 
 def test_quarantine_lists_every_malformed_line(outputs, raw, raw_dir):

@@ -13,6 +13,7 @@ from dlrm.cli import parse_config
 from dlrm.data.format.errors import DataError
 from dlrm.data.reader.reader import BatchReader
 from dlrm.dist import single_process
+from dlrm.errors import UsageError
 from dlrm.train import checkpoint, loop
 from dlrm.train.build import build_parts, configure_tensorflow, make_reader
 from dlrm.train.checkpoint import saving
@@ -79,10 +80,24 @@ def test_eval_and_inference_benchmark_modes(synthetic_dir, tmp_path):
     records = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "inference_benchmark"]
     assert records and records[-1]["samples_per_sec"] == bench.samples_per_sec
 
-    # a checkpoint of another model is refused with a clear message
-    with pytest.raises(checkpoint.CheckpointError, match="top_mlp is \\[16, 1\\] there and \\[32, 1\\] here"):
-        _run(synthetic_dir, tmp_path, "--mode", "eval", "--restore_checkpoint_path", ckpt_dir,
-             "--top_mlp_dims", "32-1")
+
+
+def test_eval_takes_the_model_from_the_checkpoint(synthetic_dir, tmp_path):
+    """--mode eval and inference_benchmark build the model the checkpoint records: no architecture flag is
+    typed again, and one that contradicts the checkpoint is refused naming both values."""
+    ckpt_dir = str(tmp_path / "ckpt")
+    trained = _run(synthetic_dir, tmp_path, *SMALL_DCN, "--max_steps", "2", "--save_checkpoint_path", ckpt_dir)
+    bare = ["--synthetic_dir", synthetic_dir, "--run_dir", str(tmp_path / "run"), *SMALL[:4],
+            "--restore_checkpoint_path", ckpt_dir]
+    config = parse_config([*bare, "--mode", "inference_benchmark"])
+    assert (config.model.arch, config.model.bottom_mlp, config.model.num_cross_layers) == ("dcnv2", (16, 8), 2)
+    evaluated = run(parse_config([*bare, "--mode", "eval"]))
+    assert evaluated.step == 2 and evaluated.auc == trained.auc
+    with pytest.raises(UsageError) as refused:
+        parse_config([*bare, "--mode", "eval", "--top_mlp_dims", "32-1"])
+    assert str(refused.value).endswith(
+        f"argument --top_mlp_dims: 32-1 contradicts the checkpoint's 16-1 ({trained.checkpoint}/meta.json); "
+        f"--mode eval takes the model from the checkpoint: leave --top_mlp_dims out")
 
 
 # The one message of a diverged run, whichever check fires first: the loss after a step, or the weights

@@ -15,7 +15,7 @@ import tensorflow as tf
 from dlrm.dist import single_process
 from dlrm.embedding.base import TablePiece
 from dlrm.train import checkpoint as ckpt
-from dlrm.train.checkpoint import CheckpointError
+from dlrm.train.checkpoint import CheckpointError, verify
 from tests.support import ROOT
 from tests.support.damage import as_format_2, cases, damage
 from tests.support.multirank import run_ranks, scratch_dir, worker_argv
@@ -168,3 +168,18 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_verifies_and_eval_and_e
     again = _main([*common, "--max_steps", "9"])
     assert again.returncode == 0 and "resuming from the next older checkpoint" in again.stdout, again.stderr[-3000:]
     assert ckpt.read_arrays(final)  # written again, not kept damaged because its directory existed
+
+
+def test_ranks_share_the_files_by_size():
+    """Each file is checked by exactly one rank, and the ranks read about as many bytes (within one file)."""
+    sizes = {"embedding/big/value/r0-9_c0-4.npy": 900, "dense/a.npy": 10, "dense/b.npy": 20, "meta.json": 5,
+             "embedding/mid/value/r0-3_c0-4.npy": 400, "embedding/mid/m/r0-3_c0-4.npy": 400}
+    for ranks in (1, 2, 3, 7):
+        shares = verify.share_by_size(sizes, ranks)
+        assert sorted(name for share in shares for name in share) == sorted(sizes)
+        held = [sum(sizes[name] for name in share) for share in shares]
+        assert max(held) - min(held) <= max(sizes.values())
+    assert verify.share_by_size(sizes, 2) == [
+        ["embedding/big/value/r0-9_c0-4.npy"],
+        ["embedding/mid/m/r0-3_c0-4.npy", "embedding/mid/value/r0-3_c0-4.npy", "dense/b.npy", "dense/a.npy",
+         "meta.json"]]

@@ -84,10 +84,24 @@ def test_resume_from_a_mid_run_checkpoint_ends_bit_identical(dataset, full_run, 
     assert_same_final_weights(str(root / "ckpt"), str(tmp_path / "ckpt"), step=STEPS)
 
 
+def _evaluate(dataset, run_dir, checkpoint_root, *flags):
+    """--evaluate with the dataset and the checkpoint only: the model comes from the checkpoint."""
+    return run(parse_config(["--dataset_path", dataset, "--run_dir", str(run_dir), "--evaluate",
+                             "--restore_checkpoint_path", str(checkpoint_root), *flags]))
+
+
 def test_evaluate_flag_scores_the_checkpoint(dataset, full_run, tmp_path):
     result, root = full_run
-    evaluated = _run(dataset, tmp_path / "run", "--evaluate", "--restore_checkpoint_path", str(root / "ckpt"))
+    evaluated = _evaluate(dataset, tmp_path / "run", root / "ckpt", "--valid_batch_size", "256")
     assert evaluated.mode == "eval" and evaluated.step == STEPS and evaluated.auc == pytest.approx(result.auc)
+
+
+def test_a_wide_only_checkpoint_evaluates_without_deep_flags(dataset, tmp_path):
+    trained = run(parse_config(["--dataset_path", dataset, "--run_dir", str(tmp_path / "run"), *COMMON, *WIDE,
+                                "--model_type", "wide", "--max_steps", "2",
+                                "--save_checkpoint_path", str(tmp_path / "ckpt")]))
+    evaluated = _evaluate(dataset, tmp_path / "run", tmp_path / "ckpt")
+    assert evaluated.step == 2 and evaluated.auc == pytest.approx(trained.auc)
 
 
 def test_benchmark_times_training_steps_and_stops(dataset, tmp_path, capsys):

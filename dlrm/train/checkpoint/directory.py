@@ -1,22 +1,28 @@
-"""The checkpoint directory: its lock, the writable/space checks, publishing, pruning and finding checkpoints."""
+"""The checkpoint directory: its lock, the writable/space checks, publishing and pruning (finding a checkpoint and
+reading its meta.json: `dlrm.checkpoint_layout`)."""
 from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import shutil
 import socket
 import sys
 import time
-from typing import List, Optional
+from typing import Optional
 
 from dlrm.atomic import describe_os_error, fsync_dir, write_text_atomically
+from dlrm.checkpoint_layout import (  # noqa: F401 (the package's names for them)
+    LATEST,
+    META,
+    CheckpointError,
+    complete_checkpoints,
+    find_checkpoint,
+    read_meta,
+    step_dir_name,
+)
 from dlrm.sizes import format_bytes
-from dlrm.train.checkpoint.files import STEP_DIR, CheckpointError, step_dir_name
 
-LATEST = "latest"
-META = "meta.json"
 LOCK = "lock"
 
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # the filesystem has no (working) flock
@@ -123,45 +129,8 @@ def publish(root: str, tmp: str, final: str, step: int, keep: int) -> None:
     _prune(root, keep, protect=step_dir_name(step))
 
 
-def complete_checkpoints(root: str) -> List[str]:
-    """Names of complete checkpoint directories under `root`, oldest first."""
-    if not os.path.isdir(root):
-        return []
-    names = [name for name in os.listdir(root)
-             if STEP_DIR.match(name) and os.path.isfile(os.path.join(root, name, META))]
-    return sorted(names)
-
-
 def _prune(root: str, keep: int, protect: str) -> None:
     names = complete_checkpoints(root)
     for name in names[:max(0, len(names) - keep)]:
         if name != protect:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def find_checkpoint(path: str) -> Optional[str]:
-    """A complete checkpoint directory for `path` (itself, or `latest` / the newest under a root)."""
-    if os.path.isfile(os.path.join(path, META)) and not path.rstrip("/").endswith(".tmp"):
-        return path
-    latest_file = os.path.join(path, LATEST)
-    if os.path.isfile(latest_file):
-        with open(latest_file, encoding="utf-8", errors="replace") as f:  # garbled: matches no step_* name
-            name = f.read().strip()
-        if STEP_DIR.match(name) and os.path.isfile(os.path.join(path, name, META)):
-            return os.path.join(path, name)
-    names = complete_checkpoints(path)  # `latest` missing or unusable: newest complete directory
-    return os.path.join(path, names[-1]) if names else None
-
-
-def read_meta(checkpoint_dir: str) -> dict:
-    """The checkpoint's meta.json; a file that cannot be read or parsed is named in a CheckpointError."""
-    path = os.path.join(checkpoint_dir, META)
-    try:
-        with open(path, "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"checkpoint {checkpoint_dir} is damaged: {path} cannot be read: "
-                              f"{getattr(error, 'strerror', None) or error}") from None
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"checkpoint {checkpoint_dir} is damaged: {path} holds no JSON object")
-    return meta

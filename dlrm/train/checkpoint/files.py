@@ -14,10 +14,9 @@ from typing import Any, BinaryIO, Dict, Iterable, List, Mapping, Sequence, Tuple
 import numpy as np
 
 from dlrm.atomic import naming_file
+from dlrm.checkpoint_layout import CheckpointError, step_dir_name  # noqa: F401 (named here too)
 from dlrm.embedding.base import TablePiece
-from dlrm.errors import UserError
 
-STEP_DIR = re.compile(r"^step_(\d{8})$")
 _PIECE_FILE = re.compile(r"^r(\d+)-(\d+)_c(\d+)-(\d+)\.npy$")
 _KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
 _CHUNK_ROWS = 1 << 20  # rows copied out of or into a variable at a time (bounds host memory for big tables)
@@ -26,12 +25,6 @@ _CHUNK_ROWS = 1 << 20  # rows copied out of or into a variable at a time (bounds
 PieceSlots = Tuple[TablePiece, Mapping[str, Any]]
 # The manifest's entries (`verify`): a file's path relative to the checkpoint -> [size in bytes, CRC32 in hex].
 FileEntries = Dict[str, List]
-
-
-class CheckpointError(UserError, RuntimeError):
-    """A checkpoint that cannot be used (missing, incomplete, for a different model) or written (path)."""
-
-    on_every_rank = True  # raised alike on every rank (or agreed first, see `protocol.raise_agreed`)
 
 
 class ChecksummedFile:
@@ -51,10 +44,6 @@ class ChecksummedFile:
 
     def entry(self) -> List:
         return [self.size, f"{self.crc:08x}"]
-
-
-def step_dir_name(step: int) -> str:
-    return f"step_{step:08d}"
 
 
 def piece_file_name(piece: TablePiece) -> str:

@@ -4,26 +4,9 @@ from __future__ import annotations
 import os
 from typing import Callable, List, Optional, Tuple
 
-from dlrm.config import TrainConfig
+from dlrm.checkpoint_layout import CheckpointError, complete_checkpoints, find_checkpoint, restore_source
 from dlrm.train.build import Parts, optimizer_label
-from dlrm.train.checkpoint.directory import complete_checkpoints, find_checkpoint
-from dlrm.train.checkpoint.files import CheckpointError
 from dlrm.train.checkpoint.protocol import raise_failures, restore_checkpoint, verify_checkpoint
-
-
-def restore_source(train_cfg: TrainConfig) -> Optional[str]:
-    """Resume our own run (save path) first, else start from --restore_checkpoint_path."""
-    if train_cfg.save_checkpoint_path:
-        found = find_checkpoint(train_cfg.save_checkpoint_path)
-        if found:
-            return found
-    if train_cfg.restore_checkpoint_path:
-        found = find_checkpoint(train_cfg.restore_checkpoint_path)
-        if not found:
-            raise CheckpointError(
-                f"no complete checkpoint at --restore_checkpoint_path {train_cfg.restore_checkpoint_path}")
-        return found
-    return None
 
 
 def _own_checkpoints(root: Optional[str]) -> List[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from typing import BinaryIO, List, Optional, Tuple
+from typing import BinaryIO, Dict, List, Optional, Tuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -133,8 +133,28 @@ def _read_checked(f: BinaryIO, npy: bool) -> Tuple[int, bool]:
             finite = bool(np.isfinite(np.frombuffer(chunk, dtype=floating)).all())
 
 
+def share_by_size(sizes: Dict[str, int], ranks: int) -> List[List[str]]:
+    """The files of each rank: biggest first, each to the rank holding the fewest bytes so far (the lowest on a
+    tie), so every rank reads about as much (within one file) and every rank computes the same shares."""
+    shares: List[List[str]] = [[] for _ in range(ranks)]
+    held = [0] * ranks
+    for name in sorted(sizes, key=lambda name: (-sizes[name], name)):
+        rank = held.index(min(held))
+        shares[rank].append(name)
+        held[rank] += sizes[name]
+    return shares
+
+
+def _size_on_disk(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0  # missing or unreadable: its check says so
+
+
 def check_share(directory: str, rank: int, size: int) -> None:
-    """Check this rank's share of a checkpoint's files (all of them for one process); raises CheckpointError."""
+    """Check this rank's share of a checkpoint's files (`share_by_size`; all of them for one process); raises
+    CheckpointError."""
     files = read_manifest(directory)
     names = sorted(files) if files is not None else [META] + _npy_files(directory)
     if files is not None and rank == 0:  # restore finds pieces by listing directories: no stray array may join
@@ -142,6 +162,7 @@ def check_share(directory: str, rank: int, size: int) -> None:
         if unlisted:
             raise damaged(directory, unlisted[0], "is not listed in the manifest (a file added after the "
                                                   "checkpoint was written)")
-    for number, relative in enumerate(names):
-        if number % size == rank:
-            check_file(directory, relative, None if files is None else files[relative])
+    sizes = {name: int(files[name][0]) if files is not None else _size_on_disk(os.path.join(directory, name))
+             for name in names}
+    for relative in share_by_size(sizes, size)[rank]:
+        check_file(directory, relative, None if files is None else files[relative])
