@@ -128,9 +128,9 @@ def with_checkpoint_model(flags: PartialConfig, given: dict[str, object],
 
 def _refuse_flags_that_do_not_apply(given: dict[str, object], config: Config,
                                     parser: argparse.ArgumentParser) -> None:
-    """A typed flag outside the archs or Wide & Deep model types it is declared for (`cli_flags`) would be
-    ignored: it is refused instead, naming where it applies."""
-    model = config.model
+    """A typed flag outside the archs, Wide & Deep model types or modes it is declared for (`cli_flags`) would
+    be ignored: it is refused instead, naming where it applies."""
+    model, mode = config.model, config.train.mode
     for dest in given:
         flag = FLAGS_BY_DEST[dest]
         if flag.archs and model.arch not in flag.archs:
@@ -139,13 +139,17 @@ def _refuse_flags_that_do_not_apply(given: dict[str, object], config: Config,
         if flag.model_types and model.model_type not in flag.model_types:
             parser.error(f"argument {flag.name}: not used by --model_type {model.model_type} (it applies to "
                          f"--model_type {' and '.join(flag.model_types)})")
+        if flag.modes and mode not in flag.modes:
+            parser.error(f"argument {flag.name}: not used by --mode {mode} (it applies to --mode "
+                         f"{' and '.join(flag.modes)})")
 
 
 def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     for problem in config.model.problems() + config.optimizer.problems():
         parser.error(problem)
     model, optim, train = config.model, config.optimizer, config.train
-    if model.arch == "widedeep" and model.model_type != "wide" and optim.deep_warmup_epochs > train.epochs:
+    if model.arch == "widedeep" and model.model_type != "wide" and train.mode == "train" \
+            and optim.deep_warmup_epochs > train.epochs:
         parser.error(f"--deep_warmup_epochs ({optim.deep_warmup_epochs:g}) must not exceed --num_epochs "
                      f"({train.epochs:g}): the deep learning-rate schedule is laid out over the epochs")
     if train.benchmark and train.mode != "train":

@@ -35,6 +35,9 @@ DCN = ("dcnv2",)
 WIDEDEEP = ("widedeep",)
 DEEP_PART = ("deep", "wide_n_deep")  # the --model_type values that keep the deep part
 WIDE_PART = ("wide", "wide_n_deep")
+# The modes a flag applies to, where it does not apply to all of them.
+TRAINING = ("train",)  # the training data, batch, schedule, optimizer, checkpoints written
+TIMED = ("train", "inference_benchmark")  # --benchmark in train mode, and the inference benchmark
 
 
 @dataclass(frozen=True)
@@ -50,10 +53,11 @@ class Flag:
     switch: bool = False  # takes no value: True when given
     const: object = None  # takes no value: sets this one (`--evaluate` is `--mode eval`)
     also: tuple[str, ...] = ()  # further fields that take the same value (`--seed`)
-    # The archs and Wide & Deep model types where the flag does something; typed anywhere else it is refused
-    # (`dlrm.cli`). Empty: all of them.
+    # The archs, Wide & Deep model types and modes where the flag does something; typed anywhere else it is
+    # refused (`dlrm.cli`). Empty: all of them.
     archs: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()  # of --arch widedeep
+    modes: tuple[str, ...] = ()  # of --mode
 
     @property
     def dest(self) -> str:
@@ -79,12 +83,14 @@ DATA_FLAGS = FlagGroup("data", (
     Flag("--synthetic_train_rows", "data.synthetic_train_rows", "synthetic training rows", type=positive_int),
     Flag("--synthetic_test_rows", "data.synthetic_test_rows", "synthetic test rows", type=positive_int),
     Flag("--synthetic_seed", "data.synthetic_seed", "seed of the synthetic generator", type=seed),
-    Flag("--train_mapping", "data.train_mapping", "mapping (split) used for training"),
+    Flag("--train_mapping", "data.train_mapping", "mapping (split) used for training", modes=TRAINING),
     Flag("--test_mapping", "data.test_mapping", "mapping (split) used for evaluation"),
-    Flag("--global_batch_size", "data.global_batch_size", "training batch over all ranks", type=positive_int),
+    Flag("--global_batch_size", "data.global_batch_size", "training batch over all ranks",
+         type=positive_int, modes=TRAINING),
     Flag("--valid_batch_size", "data.eval_batch_size", "evaluation batch over all ranks", type=positive_int),
     Flag("--eval_batch_size", "data.eval_batch_size", "the same as --valid_batch_size", type=positive_int),
-    Flag("--partial_batch", "data.partial_batch", "last smaller batch of an epoch", choices=("keep", "drop")),
+    Flag("--partial_batch", "data.partial_batch", "last smaller batch of an epoch",
+         choices=("keep", "drop"), modes=TRAINING),
     Flag("--prefetch_batches", "data.prefetch_batches", "batches read ahead", type=count),
     Flag("--decode_threads", "data.decode_threads", "decode threads (whole batches each when prefetching)",
          type=positive_int),
@@ -123,29 +129,32 @@ MODEL_FLAGS = FlagGroup("model", (
 
 OPTIMIZER_FLAGS = FlagGroup("optimizer and learning-rate schedule", (
     Flag("--optimizer", "optimizer.optimizer", "optimizer (embeddings updated sparsely)",
-         choices=tuple(OPTIMIZER_NAMES), archs=MLP_ARCHS),
-    Flag("--learning_rate", "optimizer.learning_rate", "peak learning rate", type=positive_number, archs=MLP_ARCHS),
-    Flag("--warmup_steps", "optimizer.warmup_steps", "linear warmup steps", type=count, archs=MLP_ARCHS),
+         choices=tuple(OPTIMIZER_NAMES), archs=MLP_ARCHS, modes=TRAINING),
+    Flag("--learning_rate", "optimizer.learning_rate", "peak learning rate",
+         type=positive_number, archs=MLP_ARCHS, modes=TRAINING),
+    Flag("--warmup_steps", "optimizer.warmup_steps", "linear warmup steps",
+         type=count, archs=MLP_ARCHS, modes=TRAINING),
     Flag("--decay_start_step", "optimizer.decay_start_step", "first step of the polynomial decay", type=count,
-         archs=MLP_ARCHS),
-    Flag("--decay_steps", "optimizer.decay_steps", "length of the decay (then clamped)", type=count, archs=MLP_ARCHS),
+         archs=MLP_ARCHS, modes=TRAINING),
+    Flag("--decay_steps", "optimizer.decay_steps", "length of the decay (then clamped)",
+         type=count, archs=MLP_ARCHS, modes=TRAINING),
     Flag("--decay_power", "optimizer.decay_power", "power of the polynomial decay", type=positive_number,
-         archs=MLP_ARCHS),
+         archs=MLP_ARCHS, modes=TRAINING),
     Flag("--end_learning_rate", "optimizer.end_learning_rate", "learning rate after the decay",
-         type=non_negative_number, archs=MLP_ARCHS),
+         type=non_negative_number, archs=MLP_ARCHS, modes=TRAINING),
     Flag("--linear_learning_rate", "optimizer.linear_learning_rate",
          "Wide & Deep: FTRL learning rate of the wide part (constant)", type=positive_number,
-         archs=WIDEDEEP, model_types=WIDE_PART),
+         archs=WIDEDEEP, model_types=WIDE_PART, modes=TRAINING),
     Flag("--linear_initial_accumulator", "optimizer.linear_initial_accumulator",
          "Wide & Deep: FTRL's starting accumulator (small: the wide part learns from the first steps on)",
-         type=positive_number, archs=WIDEDEEP, model_types=WIDE_PART),
+         type=positive_number, archs=WIDEDEEP, model_types=WIDE_PART, modes=TRAINING),
     Flag("--deep_learning_rate", "optimizer.deep_learning_rate", "Wide & Deep: peak learning rate of the deep part",
-         type=positive_number, archs=WIDEDEEP, model_types=DEEP_PART),
+         type=positive_number, archs=WIDEDEEP, model_types=DEEP_PART, modes=TRAINING),
     Flag("--deep_warmup_epochs", "optimizer.deep_warmup_epochs",
          "Wide & Deep: epochs of linear warmup of the deep part's learning rate", type=non_negative_number,
-         archs=WIDEDEEP, model_types=DEEP_PART),
+         archs=WIDEDEEP, model_types=DEEP_PART, modes=TRAINING),
     Flag("--deep_optimizer", "optimizer.deep_optimizer", "Wide & Deep: optimizer of the deep part",
-         choices=DEEP_OPTIMIZERS, archs=WIDEDEEP, model_types=DEEP_PART),
+         choices=DEEP_OPTIMIZERS, archs=WIDEDEEP, model_types=DEEP_PART, modes=TRAINING),
 ))
 
 PLACEMENT_FLAGS = FlagGroup("embedding placement and memory", (
@@ -162,19 +171,23 @@ PLACEMENT_FLAGS = FlagGroup("embedding placement and memory", (
 RUN_FLAGS = FlagGroup("training run", (
     Flag("--mode", "train.mode", "what to run", choices=("train", "eval", "inference_benchmark")),
     Flag("--evaluate", "train.mode", "the same as --mode eval", const="eval"),
-    Flag("--max_steps", "train.max_steps", "stop after this many global steps", type=positive_int),
-    Flag("--epochs", "train.epochs", "passes over the training data (fractions allowed)", type=positive_number),
-    Flag("--num_epochs", "train.epochs", "the same as --epochs", type=positive_number),
-    Flag("--eval_every", "train.eval_every_steps", "evaluate every N steps (and at the end)", type=positive_int),
-    Flag("--log_every", "train.log_every_steps", "log training metrics every N steps", type=positive_int),
+    Flag("--max_steps", "train.max_steps", "stop after this many global steps", type=positive_int, modes=TRAINING),
+    Flag("--epochs", "train.epochs", "passes over the training data (fractions allowed)",
+         type=positive_number, modes=TRAINING),
+    Flag("--num_epochs", "train.epochs", "the same as --epochs", type=positive_number, modes=TRAINING),
+    Flag("--eval_every", "train.eval_every_steps", "evaluate every N steps (and at the end)",
+         type=positive_int, modes=TRAINING),
+    Flag("--log_every", "train.log_every_steps", "log training metrics every N steps",
+         type=positive_int, modes=TRAINING),
     Flag("--run_dir", "train.run_dir", "metrics.jsonl, TensorBoard, plot"),
     Flag("--save_checkpoint_path", "train.save_checkpoint_path",
          "checkpoint root; a run finding a checkpoint here resumes from it"),
     Flag("--restore_checkpoint_path", "train.restore_checkpoint_path",
          "checkpoint (root or step_* directory) to start from"),
     Flag("--checkpoint_every", "train.checkpoint_every_steps", "checkpoint every N steps (and at the end)",
-         type=positive_int),
-    Flag("--keep_checkpoints", "train.keep_checkpoints", "complete checkpoints kept", type=positive_int),
+         type=positive_int, modes=TRAINING),
+    Flag("--keep_checkpoints", "train.keep_checkpoints", "complete checkpoints kept",
+         type=positive_int, modes=TRAINING),
     Flag("--saved_model_output_path", "train.saved_model_output_path",
          "at the end of training, export the final checkpoint as a SavedModel here (python -m dlrm.export)"),
     Flag("--amp", "train.amp", "mixed precision (bfloat16 on CPU, float16 on GPU)", switch=True),
@@ -193,9 +206,9 @@ RUN_FLAGS = FlagGroup("training run", (
          "train mode: time --benchmark_steps training steps after --benchmark_warmup_steps, report samples/s, "
          "stop (no checkpoint, no evaluation)", switch=True),
     Flag("--benchmark_warmup_steps", "train.benchmark_warmup_steps",
-         "inference_benchmark and --benchmark: untimed batches", type=count),
+         "inference_benchmark and --benchmark: untimed batches", type=count, modes=TIMED),
     Flag("--benchmark_steps", "train.benchmark_steps", "inference_benchmark and --benchmark: timed batches",
-         type=positive_int),
+         type=positive_int, modes=TIMED),
     Flag("--debug", "train.debug", DEBUG_HELP, switch=True),
 ))
 

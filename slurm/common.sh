@@ -60,6 +60,20 @@ dlrm_resolve_python() {
   export DLRM_PYTHON
 }
 
+# dlrm_mode [trainer flags...]: prints the --mode those flags select (train unless --mode or --evaluate).
+dlrm_mode() {
+  local mode=train previous=
+  for arg in "$@"; do
+    case "$arg" in
+      --mode=*) mode=${arg#--mode=} ;;
+      --evaluate) mode=eval ;;
+      *) if [ "$previous" = --mode ]; then mode=$arg; fi ;;
+    esac
+    previous=$arg
+  done
+  echo "$mode"
+}
+
 # dlrm_trainer_command [extra trainer flags...]: fills the array DLRM_CMD with the command every rank
 # runs. Metrics go to $DLRM_JOB_DIR, checkpoints to $DLRM_JOB_DIR/checkpoints. A requeued or
 # resubmitted job finds its checkpoints there and the trainer resumes from them by itself (a run
@@ -73,8 +87,10 @@ dlrm_trainer_command() {
   mkdir -p "$DLRM_JOB_DIR/logs" "$ckpt"
   DLRM_CMD=("$DLRM_PYTHON" "$DLRM_ROOT/main.py"
             --run_dir "$DLRM_JOB_DIR"
-            --save_checkpoint_path "$ckpt"
-            --checkpoint_every "${DLRM_CHECKPOINT_EVERY:-1000}")
+            --save_checkpoint_path "$ckpt")
+  if [ "$(dlrm_mode "$@")" = train ]; then  # the trainer refuses --checkpoint_every in the other modes
+    DLRM_CMD+=(--checkpoint_every "${DLRM_CHECKPOINT_EVERY:-1000}")
+  fi
   if [ -n "${DLRM_DATASET:-}" ]; then
     DLRM_CMD+=(--dataset_path "$DLRM_DATASET")
   fi

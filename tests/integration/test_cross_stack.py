@@ -36,11 +36,12 @@ HOROVOD_STACK = (2, "horovod", sys.executable)
 CURRENT_STACK = (3, "mpi", OTHER_PYTHON)
 
 
-def flags(model: str, dataset: str, work: str, name: str) -> list:
+def train_flags(model: str, dataset: str, work: str) -> list:
+    """Train `model` into `work`/train_ckpt; its final evaluation's predictions go to `work`/train.csv."""
     optimizer = hybrid.WIDEDEEP if model == hybrid.WIDEDEEP else "adagrad"
-    run_dir, checkpoint = os.path.join(work, f"{name}_run"), os.path.join(work, f"{name}_ckpt")
+    run_dir, checkpoint = os.path.join(work, "train_run"), os.path.join(work, "train_ckpt")
     return [*hybrid.train_flags(dataset, optimizer, run_dir, checkpoint), *ARCH_FLAGS[model],
-            "--predictions_path", os.path.join(work, f"{name}.csv")]
+            "--predictions_path", os.path.join(work, "train.csv")]
 
 
 def launch(stack: tuple, argv: list) -> None:
@@ -57,9 +58,10 @@ def launch(stack: tuple, argv: list) -> None:
 def test_a_checkpoint_from_one_stack_scores_the_same_on_the_other(model, writer, reader):
     work = scratch_dir(f"cross_stack_{model}_")
     dataset = hybrid.shared_dataset()
-    launch(writer, flags(model, dataset, work, "train"))
+    launch(writer, train_flags(model, dataset, work))
     checkpoint = os.path.join(work, "train_ckpt")
-    launch(reader, [*flags(model, dataset, work, "eval"), "--mode", "eval", "--restore_checkpoint_path", checkpoint])
+    launch(reader, [*hybrid.eval_flags(dataset, os.path.join(work, "eval_run")), "--mode", "eval",
+                    "--restore_checkpoint_path", checkpoint, "--predictions_path", os.path.join(work, "eval.csv")])
 
     trained, evaluated = (read_predictions(os.path.join(work, f"{name}.csv")) for name in ("train", "eval"))
     labels, logits = trained[2], trained[3]

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.support.hybrid import CARDINALITIES, train_flags, without_rank_memory
+from tests.support.hybrid import CARDINALITIES, eval_flags, train_flags
 from tests.support.multirank import finish, run_single, scratch_dir, start_ranks
 from tests.support.processes import alive as _alive
 from tests.support.processes import first_exit, rank_lines, rank_pids, wait_until
@@ -70,9 +70,8 @@ def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable
     for name in os.listdir(root):
         if name.startswith("step_") and not name.endswith(".tmp"):
             assert os.path.exists(os.path.join(root, name, "meta.json")), name
-    restore = run_single(["main.py", *without_rank_memory(flags), "--mode", "eval", "--restore_checkpoint_path", last,
-                          "--save_checkpoint_path", os.path.join(work, "unused"),
-                          "--run_dir", os.path.join(work, "eval")], timeout=240)
+    restore = run_single(["main.py", *eval_flags(dataset, os.path.join(work, "eval")), "--mode", "eval",
+                          "--restore_checkpoint_path", last], timeout=240)
     restore.check()
     assert f"at step {step}" in restore.stdout + restore.stderr
 

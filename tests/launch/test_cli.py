@@ -194,15 +194,22 @@ def test_bad_widedeep_flags_are_refused(argv, message):
     (["--evaluate", "--mode", "train"], "argument --mode: contradicts --evaluate (both set train.mode)"),
     (["--mode", "train", "--evaluate"], "argument --evaluate: contradicts --mode (both set train.mode)"),
     (["--epochs", "2", "--num_epochs", "3"], "argument --num_epochs: contradicts --epochs (both set train.epochs)"),
+    (["--mode", "eval", "--learning_rate", "1"], "argument --learning_rate: not used by --mode eval (it applies to "
+                                                 "--mode train)"),
+    (["--evaluate", "--checkpoint_every", "5"], "argument --checkpoint_every: not used by --mode eval"),
+    (["--mode", "inference_benchmark", "--global_batch_size", "8"],
+     "argument --global_batch_size: not used by --mode inference_benchmark (it applies to --mode train)"),
+    (["--mode", "eval", "--benchmark_steps", "3"],
+     "argument --benchmark_steps: not used by --mode eval (it applies to --mode train and inference_benchmark)"),
 ])
 def test_a_flag_that_would_be_ignored_or_overridden_is_refused(argv, message):
     """Before: each of these exited 0 as if the flag had not been given (or the last of two won)."""
     with pytest.raises(UsageError) as caught:
         parse_config([*argv, "--restore_checkpoint_path", "/c"])
     assert message in str(caught.value)
-    agreeing = parse_config(["--epochs", "2", "--num_epochs", "2", "--evaluate", "--mode", "eval",
+    agreeing = parse_config(["--valid_batch_size", "64", "--eval_batch_size", "64", "--evaluate", "--mode", "eval",
                              "--restore_checkpoint_path", "/c"])
-    assert (agreeing.train.epochs, agreeing.train.mode) == (2.0, "eval")
+    assert (agreeing.data.eval_batch_size, agreeing.train.mode) == (64, "eval")
 
 
 def test_flags_refused_elsewhere_apply_in_their_place():

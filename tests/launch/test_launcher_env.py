@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlrm import dist
+from dlrm.cli import parse_config
 from dlrm.dist.launcher import installed
 from dlrm.errors import EnvironmentProblem
 from tests.support.multirank import skip_without_horovod
@@ -199,3 +200,18 @@ def test_a_bad_mpi_deadline_is_one_message_naming_the_variable(value):
     with pytest.raises(EnvironmentProblem, match=rf"DLRM_STEP_TIMEOUT_SECONDS must be a positive number of "
                                                  rf"seconds, got '{value}'"):
         collective_timeouts({"DLRM_STEP_TIMEOUT_SECONDS": value})
+
+
+@pytest.mark.parametrize("flags, mode", [
+    ([], "train"), (["--mode", "train"], "train"), (["--mode", "eval"], "eval"), (["--evaluate"], "eval"),
+    (["--mode=inference_benchmark"], "inference_benchmark")])
+def test_the_slurm_trainer_command_checkpoints_periodically_in_train_mode_only(tmp_path, flags, mode):
+    """The launchers add --checkpoint_every to training jobs only: the trainer refuses it in the other modes,
+    and the command they build is one the trainer accepts."""
+    script = 'source slurm/common.sh; dlrm_trainer_command "$@"; printf "%s\\n" "${DLRM_CMD[@]}"'
+    env = {**os.environ, "DLRM_ROOT": str(ROOT), "DLRM_JOB_DIR": str(tmp_path), "DLRM_PYTHON": "python"}
+    out = subprocess.run(["bash", "-c", script, "bash", *flags, "--restore_checkpoint_path", str(tmp_path / "none")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    command = out.splitlines()
+    assert command[1] == str(ROOT / "main.py") and ("--checkpoint_every" in command) == (mode == "train"), command
+    assert parse_config(command[2:]).train.mode == mode

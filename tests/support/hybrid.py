@@ -60,6 +60,11 @@ def train_flags(dataset: str, optimizer: str, run_dir: str, save: str, global_ba
             "--replicate_threshold", str(6 * row_bytes)]
 
 
+def eval_flags(dataset: str, run_dir: str) -> list:
+    """main.py flags that evaluate a checkpoint of the equality runs (the model comes from the checkpoint)."""
+    return ["--dataset_path", dataset, "--valid_batch_size", "64", "--intra_op_threads", "1", "--run_dir", run_dir]
+
+
 def without_rank_memory(flags: list) -> list:
     """The flags for one process: --rank_memory is a per-rank budget, and one process must hold every
     table, which this budget (sized for several ranks) refuses before allocating."""

@@ -9,11 +9,14 @@ import numpy as np
 from dlrm.train import checkpoint
 from tests.support import ROOT
 
-# A small DLRM or DCNv2 (with SMALL_DCN) on a small synthetic dataset: a few seconds per run on 2 cores.
-SMALL = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--global_batch_size", "512",
-         "--valid_batch_size", "1024", "--embedding_dim", "8", "--bottom_mlp_dims", "16-8",
-         "--top_mlp_dims", "16-1", "--log_every", "2",
-         "--intra_op_threads", "2", "--warmup_steps", "2", "--decay_start_step", "4", "--decay_steps", "4"]
+# A small synthetic dataset and its evaluation: the flags of every mode (eval and the inference benchmark
+# take the model from their checkpoint).
+SMALL_DATA = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--valid_batch_size", "1024",
+              "--intra_op_threads", "2"]
+# A small DLRM or DCNv2 (with SMALL_DCN) trained on it: a few seconds per run on 2 cores.
+SMALL = [*SMALL_DATA, "--global_batch_size", "512", "--embedding_dim", "8", "--bottom_mlp_dims", "16-8",
+         "--top_mlp_dims", "16-1", "--log_every", "2", "--warmup_steps", "2", "--decay_start_step", "4",
+         "--decay_steps", "4"]
 SMALL_DCN = ["--arch", "dcnv2", "--dcn_low_rank_dim", "8", "--dcn_num_layers", "2"]
 
 MAX_STEPS = 100

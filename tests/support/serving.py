@@ -40,16 +40,14 @@ FRESH_SCORER = textwrap.dedent('''
 ''')
 
 
-def trainer_predictions(flags: list) -> dict:
-    """{"labels", "logits"} of the test mapping in dataset order, as the trainer scores the checkpoint of the
-    main.py run given by `flags`."""
-    return _predictions_from_csv(flags)
-
-
-def _predictions_from_csv(flags: list) -> dict:
-    """With --predictions_path (group_id,label,logit,probability per row, dataset order)."""
-    out = os.path.join(scratch_dir("trainer_predictions_"), "predictions.csv")
-    run_single(["main.py", *flags, "--mode", "eval", "--predictions_path", out], timeout=240).check()
+def trainer_predictions(dataset: str, checkpoint: str) -> dict:
+    """{"labels", "logits"} of the test mapping in dataset order, as `main.py --mode eval` scores `checkpoint`
+    (its --predictions_path: group_id,label,logit,probability per row, dataset order)."""
+    work = scratch_dir("trainer_predictions_")
+    out = os.path.join(work, "predictions.csv")
+    run_single(["main.py", "--dataset_path", dataset, "--restore_checkpoint_path", checkpoint, "--mode", "eval",
+                "--predictions_path", out, "--run_dir", os.path.join(work, "run"), "--intra_op_threads", "2"],
+               timeout=240).check()
     table = np.genfromtxt(out, delimiter=",", names=True, dtype=np.float64)
     return {"labels": table["label"].astype(np.float32), "logits": table["logit"].astype(np.float32)}
 
@@ -98,10 +96,11 @@ def score_in_fresh_process(saved_model: str, inputs: dict, with_onnx: bool = Fal
     return dict(np.load(out))
 
 
-def compare(saved_model: str, dataset: str, flags: list, with_onnx: bool = False) -> dict:
-    """Max abs differences of the fresh process's logits and probabilities from the trainer's, per output."""
+def compare(saved_model: str, dataset: str, checkpoint: str, with_onnx: bool = False) -> dict:
+    """Max abs differences of the fresh process's logits and probabilities from the trainer's scores of the
+    checkpoint the SavedModel was exported from, per output."""
     rows = serving_inputs_from_files(saved_model, dataset)
-    want = trainer_predictions(flags)
+    want = trainer_predictions(dataset, checkpoint)
     got = score_in_fresh_process(saved_model, rows["inputs"], with_onnx)
     assert not bool(got["dlrm_imported"])
     np.testing.assert_array_equal(rows["labels"], want["labels"])  # the same rows, in the same order

@@ -23,7 +23,7 @@ from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.modes import run
 from dlrm.train.step import make_train_step
 from tests.support.damage import as_format_2
-from tests.support.runs import SMALL, SMALL_DCN
+from tests.support.runs import SMALL, SMALL_DATA, SMALL_DCN
 
 ONE = single_process()  # a world of one, without Horovod
 
@@ -33,8 +33,8 @@ def synthetic_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("data") / "synthetic")
 
 
-def _run(synthetic_dir, tmp_path, *flags):
-    config = parse_config(["--synthetic_dir", synthetic_dir, "--run_dir", str(tmp_path / "run")] + SMALL + list(flags))
+def _run(synthetic_dir, tmp_path, *flags, model_flags=SMALL):
+    config = parse_config(["--synthetic_dir", synthetic_dir, "--run_dir", str(tmp_path / "run"), *model_flags, *flags])
     return run(config)
 
 
@@ -70,12 +70,12 @@ def test_eval_and_inference_benchmark_modes(synthetic_dir, tmp_path):
     ckpt_dir = str(tmp_path / "ckpt")
     trained = _run(synthetic_dir, tmp_path, "--optimizer", "adagrad", "--learning_rate", "0.05",
                    "--max_steps", "4", "--save_checkpoint_path", ckpt_dir)
-    evaluated = _run(synthetic_dir, tmp_path, "--optimizer", "adagrad", "--mode", "eval",
-                     "--restore_checkpoint_path", ckpt_dir)
+    evaluated = _run(synthetic_dir, tmp_path, "--mode", "eval", "--restore_checkpoint_path", ckpt_dir,
+                     model_flags=SMALL_DATA)
     assert evaluated.step == 4 and evaluated.auc == trained.auc and evaluated.logloss == trained.logloss
 
     bench = _run(synthetic_dir, tmp_path, "--mode", "inference_benchmark", "--restore_checkpoint_path", ckpt_dir,
-                 "--benchmark_warmup_steps", "1", "--benchmark_steps", "3")
+                 "--benchmark_warmup_steps", "1", "--benchmark_steps", "3", model_flags=SMALL_DATA)
     assert bench.samples_per_sec > 0 and bench.extra["timed_batches"] == 3 and bench.step == 4
     records = [r for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "inference_benchmark"]
     assert records and records[-1]["samples_per_sec"] == bench.samples_per_sec
@@ -87,7 +87,7 @@ def test_eval_takes_the_model_from_the_checkpoint(synthetic_dir, tmp_path):
     typed again, and one that contradicts the checkpoint is refused naming both values."""
     ckpt_dir = str(tmp_path / "ckpt")
     trained = _run(synthetic_dir, tmp_path, *SMALL_DCN, "--max_steps", "2", "--save_checkpoint_path", ckpt_dir)
-    bare = ["--synthetic_dir", synthetic_dir, "--run_dir", str(tmp_path / "run"), *SMALL[:4],
+    bare = ["--synthetic_dir", synthetic_dir, "--run_dir", str(tmp_path / "run"), *SMALL_DATA,
             "--restore_checkpoint_path", ckpt_dir]
     config = parse_config([*bare, "--mode", "inference_benchmark"])
     assert (config.model.arch, config.model.bottom_mlp, config.model.num_cross_layers) == ("dcnv2", (16, 8), 2)

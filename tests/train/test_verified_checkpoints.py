@@ -19,7 +19,7 @@ from dlrm.train.checkpoint import CheckpointError, verify
 from tests.support import ROOT
 from tests.support.damage import as_format_2, cases, damage
 from tests.support.multirank import run_ranks, scratch_dir, worker_argv
-from tests.support.runs import SMALL
+from tests.support.runs import SMALL, SMALL_DATA
 
 SINGLE = single_process()
 NAMES = ["cat_0", "cat%1"]  # the second one's directory is escaped (cat%251): messages name the table itself
@@ -148,7 +148,7 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_verifies_and_eval_and_e
     newest = str(tmp_path / "ckpt" / "step_00000006")
     damaged = damage(newest, "piece", "flipped")
 
-    evaluation = _main(["main.py", "--synthetic_dir", str(tmp_path / "data"), *SMALL, "--mode", "eval",
+    evaluation = _main(["main.py", "--synthetic_dir", str(tmp_path / "data"), *SMALL_DATA, "--mode", "eval",
                         "--restore_checkpoint_path", str(tmp_path / "ckpt"), "--run_dir", str(tmp_path / "eval")])
     export = _main(["-m", "dlrm.export", "--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "model")])
     for refused in (evaluation, export):
