@@ -6,7 +6,8 @@
   unrelated directory.
 - The output is written aside (`<out>.tmp-<pid>`) and renamed into place complete: old and new files never
   mix, and a run that fails or is interrupted leaves the target as it was (a kill between the two renames
-  that replace an earlier output leaves it in `<out>.old-<pid>`).
+  that replace an earlier output leaves it in `<out>.old-<pid>`). A failed run's diagnostics (the
+  preprocessing's quarantine and report) stay in `<out>.tmp-<pid>`, the rest of it is removed.
 """
 from __future__ import annotations
 
@@ -66,19 +67,37 @@ class OutputDir:
         return target
 
     @contextlib.contextmanager
-    def staged(self, overwrite: bool) -> Iterator[str]:
+    def staged(self, overwrite: bool, kept_on_failure: tuple[str, ...] = ()) -> Iterator[str]:
         """Check the target, yield a path beside it for the writer to create and fill; when the block ends
-        normally that directory replaces the target, otherwise it is removed."""
+        normally that directory replaces the target, otherwise it is removed but for the files
+        `kept_on_failure` (names in it: a failed run's diagnostics, which its messages name there)."""
         target = self.check(overwrite)
         tmp = f"{target}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
+        completed = False
         try:
             yield tmp
             _replace(target, tmp)
+            completed = True
         except OSError as error:
             raise OutputDirError(f"{self.flag} {self.path} not written: {describe_os_error(error)}") from None
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if completed or not _prune_to(tmp, kept_on_failure):
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prune_to(directory: str, kept: tuple[str, ...]) -> bool:
+    """Remove everything in `directory` but the entries named `kept`; whether any of them is left."""
+    if not kept or not os.path.isdir(directory):
+        return False
+    for name in os.listdir(directory):
+        if name not in kept:
+            path = os.path.join(directory, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+    return bool(os.listdir(directory))
 
 
 def _replace(target: str, complete: str) -> None:

@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 from dlrm import argtypes
 from dlrm.data.format.errors import DataError
+from dlrm.output_dir import OutputDirError
 from dlrm.sizes import SIZE_UNITS
 from preproc_spark3.config import (
     RAPIDS_JAR_ENV,
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="target rows per output chunk: each chunk is written by one task, in parallel")
     p.add_argument("--parquet", action="store_true",
                    help="also write the transformed rows as parquet (<out_dir>/parquet/split=<name>/)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the dataset out_dir holds (written aside, renamed into place when complete)")
     p.add_argument("--keep_work", action="store_true",
                    help="keep the lookup arrays and per-chunk files in <out_dir>/_work")
 
@@ -113,6 +116,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
                            shuffle=not a.no_shuffle, seed=a.seed, max_malformed_fraction=a.max_malformed_fraction,
                            conversion_batch_rows=a.conversion_batch_rows,
                            rows_per_chunk=a.rows_per_chunk, write_parquet=a.parquet, keep_work=a.keep_work,
+                           overwrite=a.overwrite,
                            spark=spark)
     config.validate()
     return config
@@ -125,7 +129,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from preproc_spark3.pipeline import run  # imported late: flag errors need no Spark / data layer
 
         result = run(config)
-    except (PreprocessError, DataError) as e:  # bad input / settings: a clear message, no traceback
+    except (PreprocessError, DataError, OutputDirError) as e:  # bad input / settings: one message, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"dataset written to {result.out_dir}: rows {result.rows}, cardinalities {result.cardinalities}; "

@@ -70,6 +70,7 @@ class PreprocConfig:
     rows_per_chunk: int = 524_288  # target rows per output chunk (one executor writes one chunk)
     write_parquet: bool = False  # also write the transformed rows as parquet under <out_dir>/parquet
     keep_work: bool = False  # keep the lookup arrays and per-chunk files under <out_dir>/_work
+    overwrite: bool = False  # replace an earlier dataset in out_dir
     spark: SparkSettings = field(default_factory=SparkSettings)
 
     @property

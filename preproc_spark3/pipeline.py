@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dlrm.atomic import write_text_atomically
-from dlrm.data.format.feature_spec import SPEC_FILE_NAME, FeatureSpec
+from dlrm.data.format.feature_spec import FeatureSpec
+from dlrm.data.format.writer import dataset_dir
 from preproc_spark3.chunks import chunk_layout, first_half_lines
 from preproc_spark3.config import (
     CATEGORICAL_COLUMNS,
@@ -39,7 +40,7 @@ from preproc_spark3.config import (
 from preproc_spark3.dictionary import one_row_warnings
 from preproc_spark3.dictionary_job import DictionaryJob, collect_results
 from preproc_spark3.parse_job import ParseJob, Partitions
-from preproc_spark3.quarantine import MalformedSummary, check_malformed_fraction
+from preproc_spark3.quarantine import QUARANTINE_FILE, MalformedSummary, check_malformed_fraction
 from preproc_spark3.raw_input import find_day_files, plan_splits, split_bytes, split_line_count
 from preproc_spark3.session import start_session
 from preproc_spark3.to_binary import ChunkJob, assemble_splits
@@ -76,19 +77,24 @@ def _stage(name: str, seconds: dict[str, float]):
 
 
 def run(config: PreprocConfig, spark=None) -> PreprocessResult:
-    """Run every stage; uses `spark` if given (tests share one session), else starts and stops one."""
+    """Run every stage; uses `spark` if given (tests share one session), else starts and stops one.
+
+    The dataset follows the output-directory rule (`dlrm.output_dir`): written aside, then renamed into
+    place complete; an earlier dataset is replaced only with --overwrite. A failed run leaves the target as
+    it was and keeps its quarantine and report beside it (`<out_dir>.tmp-<pid>`, named in its messages)."""
     config.validate()
-    out = Path(config.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    spec_path = out / SPEC_FILE_NAME
-    if spec_path.exists():
-        spec_path.unlink()  # a failed rerun must not leave an old, complete-looking dataset behind
+    output = dataset_dir(config.out_dir, "out_dir")
+    output.check(config.overwrite)
     day_files = find_day_files(config.raw_dir, config.all_days)
     own_session = spark is None
     if own_session:
         spark = start_session(config.spark)
     try:
-        return _run_stages(spark, config, out, day_files)
+        kept = (QUARANTINE_FILE, REPORT_FILE, *(("_work",) if config.keep_work else ()))
+        with output.staged(config.overwrite, kept_on_failure=kept) as staging:
+            os.makedirs(staging)
+            result = _run_stages(spark, config, Path(staging), day_files)
+        return result
     finally:
         if own_session:
             spark.stop()
@@ -133,10 +139,11 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
                                          str(staging.resolve()), str(lookup_dir.resolve()))
             malformed, cardinalities = collect_results(
                 sc.runJob(shuffled, dictionaries.run, partitions.small), len(CATEGORICAL_COLUMNS))
-        result = PreprocessResult(str(out), lines_per_day, malformed, stage_seconds=seconds)
-        log.info("%s", malformed.describe())
+        result = PreprocessResult(os.path.abspath(config.out_dir), lines_per_day, malformed, stage_seconds=seconds)
         try:  # report how far it got
-            check_malformed_fraction(malformed, config.max_malformed_fraction)
+            check_malformed_fraction(malformed, config.max_malformed_fraction)  # names where a failed run keeps it
+            malformed.quarantine_file = os.path.join(result.out_dir, QUARANTINE_FILE)  # once the dataset is in place
+            log.info("%s", malformed.describe())
             shutil.rmtree(out / "dictionary", ignore_errors=True)
             os.replace(staging, out / "dictionary")
             result.cardinalities = cardinalities

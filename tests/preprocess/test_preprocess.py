@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -18,6 +19,7 @@ import pytest
 
 from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.data.reader.reader import BatchReader
+from dlrm.output_dir import OutputDirError
 from preproc_spark3.chunks import ChunkLayout
 from preproc_spark3.cli import parse_config
 from preproc_spark3.config import (
@@ -188,12 +190,37 @@ def test_too_many_malformed_lines_fail_the_run(spark, raw_dir, tmp_path):
     with pytest.raises(MalformedInputError) as failure:
         run(config, spark)
     message = str(failure.value)
-    assert "18 of 761 lines malformed" in message and "quarantine.jsonl" in message
+    kept = tmp_path / f"out.tmp-{os.getpid()}"  # beside the target: the failed run's diagnostics only
+    assert "18 of 761 lines malformed" in message and f"quarantined in {kept}/quarantine.jsonl" in message
     assert "--max_malformed_fraction" in message and f"{raw_dir}/day_0 line " in message
-    assert (tmp_path / "out" / "quarantine.jsonl").exists()
-    assert not (tmp_path / "out" / "feature_spec.yaml").exists()  # no dataset from a failed run
-    assert not (tmp_path / "out" / "_work").exists()  # the intermediate goes on failure too
-    assert json.loads((tmp_path / "out" / "preprocess_report.json").read_text())["malformed"]["malformed_lines"] == 18
+    assert not (tmp_path / "out").exists()  # no dataset from a failed run, nothing in the target
+    assert sorted(os.listdir(kept)) == ["preprocess_report.json", "quarantine.jsonl"]  # no _work, no splits
+    assert json.loads((kept / "preprocess_report.json").read_text())["malformed"]["malformed_lines"] == 18
+
+
+def test_the_output_directory_rule(spark, outputs, raw_dir, tmp_path):
+    """A file or a non-empty directory in the way is refused before any work; an earlier dataset is replaced
+    whole with --overwrite (no file of it left), and a failed rerun leaves it as it was."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputDirError, match=f"out_dir {tmp_path / 'file'} exists and is not a directory"):
+        run(_config(raw_dir, tmp_path / "file"), spark)
+    config, _ = outputs("T2")
+    with pytest.raises(OutputDirError, match=f"out_dir {config.out_dir} already holds a dataset: pass --overwrite"):
+        run(_config(raw_dir, config.out_dir), spark)
+    out = tmp_path / "dataset"
+    shutil.copytree(config.out_dir, out)
+    (out / "stale.bin").write_text("an earlier run's file")
+    before = _read_files(out)
+    failing = _config(raw_dir, out, overwrite=True)
+    failing.max_malformed_fraction = 0.01
+    with pytest.raises(MalformedInputError):
+        run(failing, spark)
+    assert _read_files(out) == before and (out / "stale.bin").exists()  # the earlier dataset, untouched
+    result = run(_config(raw_dir, out, threshold="0", overwrite=True), spark)
+    assert result.out_dir == str(out) and not (out / "stale.bin").exists()
+    assert FeatureSpec.load(str(out)).cardinalities == outputs("T0")[1].cardinalities
+    report = json.loads((out / "preprocess_report.json").read_text())
+    assert report["out_dir"] == str(out) and report["malformed"]["quarantine_file"] == str(out / "quarantine.jsonl")
 
 
 def _read_files(out_dir) -> dict[str, bytes]:
