@@ -162,7 +162,13 @@ def test_cli_plans_the_cross_tables_of_the_wide_part(capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--wide_crosses", "cat_0:cat_9"], "the dataset has no categorical feature 'cat_9'"),
-    (["--arch", "dlrm", "--wide_crosses", "cat_0:cat_1"], "--wide_crosses needs --arch widedeep"),
+    (["--arch", "dlrm", "--wide_crosses", "cat_0:cat_1"],
+     "argument --wide_crosses: not used by --arch dlrm \\(it applies to --arch widedeep\\)"),
+    (["--arch", "dlrm", "--model_type", "wide"], "argument --model_type: not used by --arch dlrm"),
+    (["--arch", "dcnv2", "--wide_cross_buckets", "9"], "argument --wide_cross_buckets: not used by --arch dcnv2"),
+    (["--model_type", "deep", "--wide_crosses", "cat_0:cat_1"],
+     "argument --wide_crosses: not used by --model_type deep \\(it applies to --model_type wide and wide_n_deep\\)"),
+    (["--no_reserve_zero"], "argument --no_reserve_zero: applies to --preset sizes only"),
 ])
 def test_cli_refuses_crosses_it_cannot_build(flags, message):
     with pytest.raises(UsageError, match=message):

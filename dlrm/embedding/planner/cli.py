@@ -61,12 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--arch", choices=ARCHS, default="dlrm",
                         help="the model whose tables are planned: widedeep adds one dim-1 `<feature>_wide` table "
                              "per feature for its wide part (default: dlrm)")
-    parser.add_argument("--model_type", choices=MODEL_TYPES, default="wide_n_deep",
+    parser.add_argument("--model_type", choices=MODEL_TYPES, default=None,
                         help="with --arch widedeep: the parts the model keeps (default: wide_n_deep)")
     parser.add_argument("--wide_crosses", type=feature_pairs, default=(),
                         help="with --arch widedeep: pairs of one-hot features crossed in the wide part, "
                              "e.g. cat_0:cat_3,cat_1:cat_2 (one table each, as main.py builds them)")
-    parser.add_argument("--wide_cross_buckets", type=positive_int, default=ModelConfig().wide_cross_buckets,
+    parser.add_argument("--wide_cross_buckets", type=positive_int, default=None,
                         help="rows of a cross table whose pairs do not fit "
                              f"(default: {ModelConfig().wide_cross_buckets})")
     parser.add_argument("--json", action="store_true", help="print the plan (and estimates) as JSON")
@@ -100,16 +100,34 @@ def tables_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
     return tables
 
 
+def _refuse_flags_that_do_not_apply(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A flag typed where it changes nothing is refused, as by the trainer (`dlrm.cli`)."""
+    if args.arch != "widedeep":
+        for flag, value in (("--model_type", args.model_type), ("--wide_crosses", args.wide_crosses),
+                            ("--wide_cross_buckets", args.wide_cross_buckets)):
+            if value:
+                parser.error(f"argument {flag}: not used by --arch {args.arch} (it applies to --arch widedeep)")
+    elif args.model_type == "deep":
+        for flag, value in (("--wide_crosses", args.wide_crosses), ("--wide_cross_buckets", args.wide_cross_buckets)):
+            if value:
+                parser.error(f"argument {flag}: not used by --model_type deep (it applies to --model_type wide "
+                             f"and wide_n_deep)")
+    if args.no_reserve_zero and not args.preset:
+        parser.error("argument --no_reserve_zero: applies to --preset sizes only (--table_rows and --feature_spec "
+                     "give the table sizes as they are)")
+
+
 def print_plan(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.world_size is None and args.global_batch_size is None:
         parser.error("give --world_size (a plan), --global_batch_size (the scaling table), or both")
-    model = ModelConfig(arch=args.arch, model_type=args.model_type, wide_crosses=args.wide_crosses,
-                        wide_cross_buckets=args.wide_cross_buckets)
+    _refuse_flags_that_do_not_apply(parser, args)
+    defaults = ModelConfig()
+    model = ModelConfig(arch=args.arch, model_type=args.model_type or defaults.model_type,
+                        wide_crosses=args.wide_crosses,
+                        wide_cross_buckets=args.wide_cross_buckets or defaults.wide_cross_buckets)
     contract = FeatureContract("label", (), tables_from_args(parser, args))
-    if args.wide_crosses and (args.arch != "widedeep" or args.model_type == "deep"):
-        parser.error("--wide_crosses needs --arch widedeep with a wide part (--model_type wide or wide_n_deep)")
     for problem in cross_problems(args.wide_crosses, contract):
         parser.error(problem)
     tables = model_tables(model, contract)
