@@ -6,12 +6,13 @@ the checkpoint package (`dlrm.train.checkpoint`) builds on them.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 from typing import List, Optional
 
-from dlrm.config import TrainConfig
+from dlrm.config import Config, TrainConfig
 from dlrm.errors import UserError
 
 LATEST = "latest"
@@ -80,3 +81,35 @@ def read_meta(checkpoint_dir: str) -> dict:
     if not isinstance(meta, dict):
         raise CheckpointError(f"checkpoint {checkpoint_dir} is damaged: {path} holds no JSON object")
     return meta
+
+
+def recorded_config(checkpoint_dir: str) -> Optional[Config]:
+    """The training configuration the checkpoint's meta.json records (None if it records none: not written by
+    this trainer). A recorded value of the wrong type, or a model this version cannot build, is damage."""
+    saved = read_meta(checkpoint_dir).get("config")
+    if saved is None:
+        return None
+    try:
+        config = Config.from_dict(saved)
+        problems = _mistyped(config) or config.model.problems()
+    except (TypeError, ValueError, AttributeError) as error:
+        problems = [f"its configuration cannot be read ({error})"]
+    if problems:
+        raise CheckpointError(f"checkpoint {checkpoint_dir} is damaged: {os.path.join(checkpoint_dir, META)} "
+                              f"records a configuration this version cannot use: {problems[0]}")
+    return config
+
+
+def _mistyped(config: Config) -> List[str]:
+    """The fields of `config` whose value is not of their default's kind (fields defaulting to None unchecked)."""
+    found = []
+    defaults = Config()
+    for section in dataclasses.fields(Config):
+        for item in dataclasses.fields(getattr(defaults, section.name)):
+            default = getattr(getattr(defaults, section.name), item.name)
+            value = getattr(getattr(config, section.name), item.name)
+            kind = (int, float) if isinstance(default, float) else type(default)
+            if default is not None and value is not None and (not isinstance(value, kind) or
+                                                              isinstance(value, bool) != isinstance(default, bool)):
+                found.append(f"{section.name}.{item.name} is {value!r}")
+    return found

@@ -16,8 +16,8 @@ import os
 from typing import Optional, Sequence
 
 from dlrm.argtypes import ArgumentParser, show_default
-from dlrm.checkpoint_layout import META, CheckpointError, read_meta, restore_source
-from dlrm.cli_flags import FLAG_GROUPS, FieldPath, Flag
+from dlrm.checkpoint_layout import META, CheckpointError, recorded_config, restore_source
+from dlrm.cli_flags import FLAG_GROUPS, FLAGS_BY_NAME, FieldPath, Flag, not_applying
 from dlrm.cli_presets import SHOWN_PRESETS, configure
 from dlrm.config import Config, ModelConfig, PartialConfig, TrainConfig
 
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-FLAGS_BY_DEST = {flag.dest: flag for group in FLAG_GROUPS for flag in group.flags}
+FLAGS_BY_DEST = {flag.dest: flag for flag in FLAGS_BY_NAME.values()}
 
 
 def typed_flags(given: dict[str, object], parser: argparse.ArgumentParser) -> PartialConfig:
@@ -97,8 +97,8 @@ def with_checkpoint_model(flags: PartialConfig, given: dict[str, object],
     """`flags` with the model of the checkpoint that --mode eval / inference_benchmark reads (its meta.json's
     configuration: arch, model type, dims, crosses): the architecture flags need not be typed again, and a
     typed one that contradicts the checkpoint is refused naming both values. Other modes, no checkpoint, or a
-    checkpoint recording no configuration (format 1): `flags` unchanged, and the restore compares the model
-    built from the flags with the checkpoint's."""
+    checkpoint recording no configuration (not written by this trainer): `flags` unchanged, and the restore
+    compares the model built from the flags with the checkpoint's."""
     mode = flags.get("train", "mode", TrainConfig.mode)
     if mode not in MODES_TAKING_THE_CHECKPOINTS_MODEL:
         return flags
@@ -108,15 +108,16 @@ def with_checkpoint_model(flags: PartialConfig, given: dict[str, object],
         return flags  # none at --restore_checkpoint_path: the mode says so when it looks for one
     if source is None:
         return flags
-    recorded_config = read_meta(source).get("config")
-    saved = recorded_config.get("model") if isinstance(recorded_config, dict) else None
-    if not isinstance(saved, dict):
+    config = recorded_config(source)
+    if config is None:
         return flags
-    model = Config.from_dict({"model": saved}).model
+    model = config.model
     recorded = {item.name: getattr(model, item.name) for item in dataclasses.fields(ModelConfig)
-                if item.name in saved and item.name not in _NOT_TAKEN}
+                if item.name not in _NOT_TAKEN}
     for dest in given:
         flag = FLAGS_BY_DEST[dest]
+        if not_applying(flag, model.arch, model.model_type, mode):
+            continue  # refused as a flag of another model (`_refuse_flags_that_do_not_apply`)
         for section, name in flag.fields:
             typed = flags.get(section, name)
             if section == "model" and name in recorded and json.dumps(typed) != json.dumps(recorded[name]):
@@ -130,18 +131,10 @@ def _refuse_flags_that_do_not_apply(given: dict[str, object], config: Config,
                                     parser: argparse.ArgumentParser) -> None:
     """A typed flag outside the archs, Wide & Deep model types or modes it is declared for (`cli_flags`) would
     be ignored: it is refused instead, naming where it applies."""
-    model, mode = config.model, config.train.mode
     for dest in given:
-        flag = FLAGS_BY_DEST[dest]
-        if flag.archs and model.arch not in flag.archs:
-            parser.error(f"argument {flag.name}: not used by --arch {model.arch} (it applies to --arch "
-                         f"{' and '.join(flag.archs)})")
-        if flag.model_types and model.model_type not in flag.model_types:
-            parser.error(f"argument {flag.name}: not used by --model_type {model.model_type} (it applies to "
-                         f"--model_type {' and '.join(flag.model_types)})")
-        if flag.modes and mode not in flag.modes:
-            parser.error(f"argument {flag.name}: not used by --mode {mode} (it applies to --mode "
-                         f"{' and '.join(flag.modes)})")
+        reason = not_applying(FLAGS_BY_DEST[dest], config.model.arch, config.model.model_type, config.train.mode)
+        if reason:
+            parser.error(f"argument {FLAGS_BY_DEST[dest].name}: {reason}")
 
 
 def _validate(config: Config, parser: argparse.ArgumentParser) -> None:

@@ -213,3 +213,17 @@ RUN_FLAGS = FlagGroup("training run", (
 ))
 
 FLAG_GROUPS: tuple[FlagGroup, ...] = (DATA_FLAGS, MODEL_FLAGS, OPTIMIZER_FLAGS, PLACEMENT_FLAGS, RUN_FLAGS)
+
+FLAGS_BY_NAME = {flag.name: flag for group in FLAG_GROUPS for flag in group.flags}
+
+
+def not_applying(flag: Flag, arch: str, model_type: str, mode: str) -> Optional[str]:
+    """Why `flag` would change nothing for this arch, Wide & Deep model type and mode (None: it applies), as
+    the trainer's and the planner's command lines say it."""
+    if flag.archs and arch not in flag.archs:
+        return f"not used by --arch {arch} (it applies to --arch {' and '.join(flag.archs)})"
+    if flag.model_types and model_type not in flag.model_types:
+        return f"not used by --model_type {model_type} (it applies to --model_type {' and '.join(flag.model_types)})"
+    if flag.modes and mode not in flag.modes:
+        return f"not used by --mode {mode} (it applies to --mode {' and '.join(flag.modes)})"
+    return None

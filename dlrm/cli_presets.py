@@ -3,7 +3,8 @@
 `--arch widedeep` takes NVIDIA's Wide & Deep defaults (`WIDEDEEP_PRESET`). Without `--dataset_path` the
 run uses the embedded synthetic dataset and `DEMO_PRESET` (DLRM, DCNv2) or `WIDEDEEP_DEMO_PRESET`, so
 that `python main.py` finishes in a few minutes on a laptop. `configure` is the one place they apply;
-flags given explicitly always win over them.
+flags given explicitly always win over them, and so does the model of the checkpoint that eval and the
+inference benchmark read (`dlrm.cli.with_checkpoint_model`).
 """
 from __future__ import annotations
 

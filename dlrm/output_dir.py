@@ -1,6 +1,7 @@
 """The one rule for every output directory a command writes (a dataset, a SavedModel).
 
-- A target that is a file is refused, named.
+- A target that is a file, a symbolic link or a mount point (which the final rename cannot replace) is
+  refused, named.
 - An existing non-empty directory is refused unless the command's --overwrite is given, and --overwrite
   replaces only an earlier output of the same kind (a directory holding its marker file), never an
   unrelated directory.
@@ -43,8 +44,14 @@ class OutputDir:
         """The target as an absolute path; raises OutputDirError if it is in the way or cannot be made."""
         target = os.path.abspath(self.path)
         named = f"{self.flag} {self.path}"
+        if os.path.islink(target):
+            raise OutputDirError(f"{named} is a symbolic link: name the directory it points to "
+                                 f"({os.path.realpath(target)})")
         if os.path.lexists(target) and not os.path.isdir(target):
             raise OutputDirError(f"{named} exists and is not a directory")
+        if os.path.ismount(target):
+            raise OutputDirError(f"{named} is a mount point, which a finished output cannot be renamed over: "
+                                 f"write into a directory below it")
         try:
             holds_files = os.path.isdir(target) and bool(os.listdir(target))
         except OSError as error:
@@ -66,38 +73,48 @@ class OutputDir:
             raise OutputDirError(f"cannot write {named}: {parent} is not writable")
         return target
 
+    @property
+    def staging(self) -> str:
+        """Where `staged` writes the output before it is renamed into place."""
+        return f"{os.path.abspath(self.path)}.tmp-{os.getpid()}"
+
     @contextlib.contextmanager
     def staged(self, overwrite: bool, kept_on_failure: tuple[str, ...] = ()) -> Iterator[str]:
         """Check the target, yield a path beside it for the writer to create and fill; when the block ends
         normally that directory replaces the target, otherwise it is removed but for the files
         `kept_on_failure` (names in it: a failed run's diagnostics, which its messages name there)."""
         target = self.check(overwrite)
-        tmp = f"{target}.tmp-{os.getpid()}"
+        tmp = self.staging
         shutil.rmtree(tmp, ignore_errors=True)
-        completed = False
+        written = False
         try:
             yield tmp
+            written = True
+            self.check(overwrite)  # again: another run may have put an output there meanwhile
             _replace(target, tmp)
-            completed = True
         except OSError as error:
             raise OutputDirError(f"{self.flag} {self.path} not written: {describe_os_error(error)}") from None
         finally:
-            if completed or not _prune_to(tmp, kept_on_failure):
+            if written or not _prune_to(tmp, kept_on_failure):  # a failed write keeps its diagnostics
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _prune_to(directory: str, kept: tuple[str, ...]) -> bool:
-    """Remove everything in `directory` but the entries named `kept`; whether any of them is left."""
-    if not kept or not os.path.isdir(directory):
-        return False
-    for name in os.listdir(directory):
-        if name not in kept:
-            path = os.path.join(directory, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.remove(path)
-    return bool(os.listdir(directory))
+    """Remove everything in `directory` but the entries named `kept`, as far as it can (the error being
+    reported is the write's); whether any of them is left."""
+    try:
+        if not kept or not os.path.isdir(directory):
+            return False
+        for name in os.listdir(directory):
+            if name not in kept:
+                path = os.path.join(directory, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.remove(path)
+        return any(name in kept for name in os.listdir(directory))
+    except OSError:
+        return True  # left as it is: nothing more is lost
 
 
 def _replace(target: str, complete: str) -> None:

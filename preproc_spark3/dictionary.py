@@ -82,10 +82,12 @@ def one_row_warnings(cardinalities: list[int], thresholds: tuple[int, ...], name
     warnings = []
     for name, cardinality, threshold in zip(names, cardinalities, thresholds):
         if cardinality == 1:
-            cause = f"seen fewer than {threshold} times (its --frequency_threshold)" if threshold else "absent"
+            below = threshold > 1  # thresholds 0 and 1 keep every value seen
+            cause = f"seen fewer than {threshold} times (its --frequency_threshold)" if below else \
+                "missing from the days the dictionary counts"
             advice = f"; lower its threshold with an override in --frequency_threshold (e.g. {name}:1)"
             warnings.append(f"feature {name}: every value is {cause}, so its table has 1 row and the feature "
-                            f"carries no information" + (advice if threshold else ""))
+                            f"carries no information" + (advice if below else ""))
     return warnings
 
 

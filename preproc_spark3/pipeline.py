@@ -89,15 +89,24 @@ def run(config: PreprocConfig, spark=None) -> PreprocessResult:
     own_session = spark is None
     if own_session:
         spark = start_session(config.spark)
+    kept = (QUARANTINE_FILE, REPORT_FILE, *(("_work",) if config.keep_work else ()))
     try:
-        kept = (QUARANTINE_FILE, REPORT_FILE, *(("_work",) if config.keep_work else ()))
         with output.staged(config.overwrite, kept_on_failure=kept) as staging:
             os.makedirs(staging)
             result = _run_stages(spark, config, Path(staging), day_files)
-        return result
+    except BaseException:
+        if os.path.isdir(output.staging):
+            log.error("the failed run's quarantine and report are kept in %s", output.staging)
+        raise
     finally:
         if own_session:
             spark.stop()
+    # The dataset is in place: its report names it (and the quarantine in it), not where it was written.
+    result.out_dir = os.path.abspath(config.out_dir)
+    result.malformed.quarantine_file = os.path.join(result.out_dir, QUARANTINE_FILE)
+    _write_report(Path(result.out_dir), config, result)
+    log.info("%s", result.malformed.describe())
+    return result
 
 
 def _identity(partition: int) -> int:
@@ -139,17 +148,13 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
                                          str(staging.resolve()), str(lookup_dir.resolve()))
             malformed, cardinalities = collect_results(
                 sc.runJob(shuffled, dictionaries.run, partitions.small), len(CATEGORICAL_COLUMNS))
-        result = PreprocessResult(os.path.abspath(config.out_dir), lines_per_day, malformed, stage_seconds=seconds)
+        result = PreprocessResult(str(out), lines_per_day, malformed, stage_seconds=seconds)
         try:  # report how far it got
-            check_malformed_fraction(malformed, config.max_malformed_fraction)  # names where a failed run keeps it
-            malformed.quarantine_file = os.path.join(result.out_dir, QUARANTINE_FILE)  # once the dataset is in place
-            log.info("%s", malformed.describe())
+            check_malformed_fraction(malformed, config.max_malformed_fraction)
             shutil.rmtree(out / "dictionary", ignore_errors=True)
             os.replace(staging, out / "dictionary")
             result.cardinalities = cardinalities
             result.warnings = one_row_warnings(cardinalities, config.thresholds, CATEGORICAL_COLUMNS)
-            for warning in result.warnings:
-                log.warning("%s", warning)
             _build_dataset(spark, config, out, shuffled, partitions, layout, result, work)
             result.parse_tasks = runs.value
         finally:

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from dlrm.checkpoint_layout import recorded_config
 from dlrm.config import Config, ShardingConfig
 from dlrm.data.format.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from dlrm.export.errors import ExportError
@@ -35,11 +36,11 @@ def find_checkpoint_dir(path: str) -> str:
     return found
 
 
-def serving_config(saved: dict) -> Config:
+def serving_config(config: Config) -> Config:
     """The training configuration of a checkpoint, for a forward pass in one process: eval mode (no
     optimizer slots planned), no XLA (the SavedModel must not need a compiler), no per-rank budget (the
     export checks its own, `dlrm.export.fits`), no export hook."""
-    config = Config.from_dict(saved)
+    config = dataclasses.replace(config)
     config.train = dataclasses.replace(config.train, mode="eval", xla=False, saved_model_output_path=None)
     config.sharding = ShardingConfig()
     return config
@@ -51,10 +52,11 @@ def load_source(path: str, dataset_dir: Optional[str] = None) -> ExportSource:
     directory = find_checkpoint_dir(path)
     checkpoint.check_share(directory, rank=0, size=1)  # every file, before anything of it is used
     meta = checkpoint.read_meta(directory)
-    if not isinstance(meta.get("config"), dict):
+    recorded = recorded_config(directory)
+    if recorded is None:
         raise ExportError(f"{directory}/{checkpoint.META} records no training configuration (a checkpoint of an "
                           f"older version): the model cannot be rebuilt from it")
-    config = serving_config(meta["config"])
+    config = serving_config(recorded)
     spec_dir = dataset_dir or config.data.dataset_dir or config.data.synthetic_dir
     if not os.path.isfile(os.path.join(spec_dir, SPEC_FILE_NAME)):
         given = "--dataset_path" if dataset_dir else "the checkpoint's run (its --dataset_path)"

@@ -383,6 +383,22 @@ def test_generator_refuses_to_overwrite_a_dataset_without_overwrite(tmp_path):
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
 
 
+def test_an_output_that_a_rename_cannot_replace_is_refused_before_any_work(tmp_path):
+    """The output is renamed into place at the end: a symbolic link (it would become a directory) and a mount
+    point (the rename fails) are refused first, with the way out."""
+    from dlrm.data.format.writer import dataset_dir
+    from dlrm.output_dir import OutputDirError
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(OutputDirError, match=f"--out {tmp_path / 'link'} is a symbolic link: name the directory it "
+                                             f"points to \\({tmp_path / 'real'}\\)"):
+        dataset_dir(str(tmp_path / "link"), "--out").check(overwrite=True)
+    with pytest.raises(OutputDirError, match="--out / is a mount point, which a finished output cannot be renamed "
+                                             "over: write into a directory below it"):
+        dataset_dir("/", "--out").check(overwrite=True)
+
+
 def test_a_synthetic_dir_in_the_way_is_one_message_and_left_alone(tmp_path):
     """Before, an outdated --synthetic_dir was removed whatever it held; a file there gave a traceback."""
     (tmp_path / "mine").mkdir()

@@ -20,9 +20,10 @@ from dlrm.data.reader.validate import check_mappings
 from tests.support.datasets import CARDS, make_dataset, poke
 
 TRAIN_ROWS, TEST_ROWS = 2048, 1024
+EVALUATION = ["--valid_batch_size", "1024", "--intra_op_threads", "1"]  # eval takes the model from the checkpoint
 MODEL = ["--embedding_dim", "8", "--bottom_mlp_dims", "16-8", "--top_mlp_dims", "16-1", "--optimizer", "adagrad",
          "--learning_rate", "0.05", "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", "256",
-         "--valid_batch_size", "1024", "--intra_op_threads", "1", "--log_every", "1"]
+         "--log_every", "1", *EVALUATION]
 
 
 # ----------------------------------------------------------------------------- the check kernel
@@ -129,10 +130,10 @@ def dataset(generated, tmp_path):
     return shutil.copytree(generated, tmp_path / "data")
 
 
-def main_py(tmp_path, dataset, *flags):
+def main_py(tmp_path, dataset, *flags, model=MODEL):
     from tests.support.multirank import run_single
 
-    run = run_single(["main.py", "--dataset_path", str(dataset), "--run_dir", str(tmp_path / "run"), *MODEL,
+    run = run_single(["main.py", "--dataset_path", str(dataset), "--run_dir", str(tmp_path / "run"), *model,
                       *flags], timeout=180)
     assert not run.timed_out
     return run
@@ -178,8 +179,9 @@ def test_a_test_mapping_of_one_class_is_refused_in_train_and_eval_mode(tmp_path,
     np.zeros(TEST_ROWS, np.uint8).tofile(dataset / "test" / "label.bin")
     message = f"file {dataset / 'test' / 'label.bin'}, feature 'label': all {TEST_ROWS:,} labels of mapping " \
               f"'test' are 0: the AUC is undefined"
-    for mode in (["--mode", "eval", "--restore_checkpoint_path", ckpt], ["--max_steps", "2"]):
-        run = main_py(tmp_path, dataset, *mode)
+    for mode, model in ((["--mode", "eval", "--restore_checkpoint_path", ckpt], EVALUATION),
+                        (["--max_steps", "2"], MODEL)):
+        run = main_py(tmp_path, dataset, *mode, model=model)
         assert run.returncode == 1 and message in run.stderr, run.stdout[-2000:] + run.stderr[-2000:]
         assert "AUC nan" not in run.stdout + run.stderr
 

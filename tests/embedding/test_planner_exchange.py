@@ -169,6 +169,8 @@ def test_cli_plans_the_cross_tables_of_the_wide_part(capsys):
     (["--model_type", "deep", "--wide_crosses", "cat_0:cat_1"],
      "argument --wide_crosses: not used by --model_type deep \\(it applies to --model_type wide and wide_n_deep\\)"),
     (["--no_reserve_zero"], "argument --no_reserve_zero: applies to --preset sizes only"),
+    (["--wide_cross_buckets", "9"], "argument --wide_cross_buckets: sizes the tables of --wide_crosses"),
+    (["--embedding_dim", "8", "--embedding_dims", "8,8"], "argument --embedding_dim: not used with --embedding_dims"),
 ])
 def test_cli_refuses_crosses_it_cannot_build(flags, message):
     with pytest.raises(UsageError, match=message):

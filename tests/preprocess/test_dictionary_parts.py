@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 
-from preproc_spark3.dictionary import IdLookup, ValueCounter, build_feature, write_feature
+from preproc_spark3.dictionary import IdLookup, ValueCounter, build_feature, one_row_warnings, write_feature
 
 
 def _categorical(c1, c2):
@@ -56,3 +56,16 @@ def test_lookup_of_a_large_table_matches_a_dict(tmp_path):
     got = IdLookup.open(str(tmp_path), features=1).ids(0, query)
     np.testing.assert_array_equal(got, [expected.get(v, 0) for v in query.tolist()])
     assert len(dictionary.values) > 4096  # the sorted-query path
+
+
+def test_one_row_tables_are_warned_of_with_their_cause():
+    """Thresholds 0 and 1 keep every value seen: a one-row table then means the feature was never seen."""
+    warnings = one_row_warnings([1, 5, 1, 1], (15, 15, 1, 0), ("C1", "C2", "C3", "C4"))
+    assert warnings == [
+        "feature C1: every value is seen fewer than 15 times (its --frequency_threshold), so its table has 1 row "
+        "and the feature carries no information; lower its threshold with an override in --frequency_threshold "
+        "(e.g. C1:1)",
+        "feature C3: every value is missing from the days the dictionary counts, so its table has 1 row and the "
+        "feature carries no information",
+        "feature C4: every value is missing from the days the dictionary counts, so its table has 1 row and the "
+        "feature carries no information"]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dlrm.checkpoint_layout import recorded_config
 from dlrm.dist import single_process
 from dlrm.embedding.base import TablePiece
 from dlrm.train import checkpoint as ckpt
@@ -213,3 +214,22 @@ def test_any_feature_name_gets_a_safe_directory_of_its_own(tmp_path):
         np.testing.assert_array_equal(slots["value"].numpy(), values[piece.table])
     with pytest.raises(CheckpointError, match=r"has no table 'c' \(its tables: \['a/b', '..'\]\)"):
         ckpt.restore_checkpoint(str(tmp_path / "step_00000001"), {}, fresh, group=SINGLE, table_names=["a/b", "c"])
+
+
+@pytest.mark.parametrize("model, problem", [
+    ({"top_mlp": 5}, "model.top_mlp is 5"),
+    ({"embedding_dim": "x"}, "model.embedding_dim is 'x'"),
+    ({"arch": "foo"}, "model arch must be one of ('dlrm', 'dcnv2', 'widedeep'), got 'foo'"),
+    (7, "its configuration cannot be read"),
+])
+def test_a_recorded_configuration_this_version_cannot_use_is_damage(tmp_path, model, problem):
+    """What eval, inference and export build the model from is checked before use, and named."""
+    (tmp_path / "meta.json").write_text(json.dumps({"step": 1, "config": {"model": model}}))
+    with pytest.raises(ckpt.CheckpointError) as refused:
+        recorded_config(str(tmp_path))
+    assert str(refused.value).startswith(f"checkpoint {tmp_path} is damaged: {tmp_path}/meta.json records a "
+                                         f"configuration this version cannot use: {problem}")
+    (tmp_path / "meta.json").write_text(json.dumps({"step": 1}))
+    assert recorded_config(str(tmp_path)) is None  # not written by this trainer: the flags give the model
+    (tmp_path / "meta.json").write_text(json.dumps({"step": 1, "config": {"model": {"arch": "dcnv2"}}}))
+    assert recorded_config(str(tmp_path)).model.arch == "dcnv2"

@@ -81,7 +81,6 @@ def test_eval_and_inference_benchmark_modes(synthetic_dir, tmp_path):
     assert records and records[-1]["samples_per_sec"] == bench.samples_per_sec
 
 
-
 def test_eval_takes_the_model_from_the_checkpoint(synthetic_dir, tmp_path):
     """--mode eval and inference_benchmark build the model the checkpoint records: no architecture flag is
     typed again, and one that contradicts the checkpoint is refused naming both values."""
@@ -98,6 +97,8 @@ def test_eval_takes_the_model_from_the_checkpoint(synthetic_dir, tmp_path):
     assert str(refused.value).endswith(
         f"argument --top_mlp_dims: 32-1 contradicts the checkpoint's 16-1 ({trained.checkpoint}/meta.json); "
         f"--mode eval takes the model from the checkpoint: leave --top_mlp_dims out")
+    with pytest.raises(UsageError, match="argument --deep_hidden_units: not used by --arch dcnv2"):
+        parse_config([*bare, "--mode", "eval", "--deep_hidden_units", "8"])  # another model's flag, not a mismatch
 
 
 # The one message of a diverged run, whichever check fires first: the loss after a step, or the weights

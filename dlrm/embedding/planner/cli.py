@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import List, Optional, Sequence, Tuple
 
 from dlrm.argtypes import ArgumentParser, add_debug_flag, count, feature_pairs, positive_int, sizes_list
+from dlrm.cli_flags import FLAGS_BY_NAME, not_applying
 from dlrm.config import ARCHS, MODEL_TYPES, ModelConfig, ShardingConfig
 from dlrm.data.synthetic.criteo import PRESET_NAMES, preset_cardinalities, preset_hotness  # pure Python
 from dlrm.embedding.optimizer_slots import OPTIMIZER_NAMES, slots_for_optimizer
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--global_batch_size", type=positive_int,
                         help="print the all-to-all bytes per rank and step at this global batch, for "
                              "--world_size and for 8, 16, ..., 1024 ranks")
-    parser.add_argument("--embedding_dim", type=positive_int, default=128,
+    parser.add_argument("--embedding_dim", type=positive_int, default=None,
                         help="dim of every table that sets none (default: 128)")
     parser.add_argument("--embedding_dims", type=sizes_list, help="one dim per table, e.g. 128,64,16")
     parser.add_argument("--hotness", type=sizes_list, help="ids per row of each table, e.g. 3,2,1 (default: 1)")
@@ -76,16 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def tables_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[TableConfig, ...]:
     """The tables of the preset, the sizes or the feature spec, with --embedding_dims and --hotness applied."""
+    dim = args.embedding_dim or ModelConfig().embedding_dim
     if args.feature_spec:
         from dlrm.data.format.contract import contract_from_spec
         from dlrm.data.format.feature_spec import FeatureSpec
 
         spec = FeatureSpec.load(args.feature_spec).validate(check_files=False)
-        tables = contract_from_spec(spec, args.embedding_dim, args.combiner).tables
+        tables = contract_from_spec(spec, dim, args.combiner).tables
     else:
         rows = (preset_cardinalities(args.preset, reserve_zero=not args.no_reserve_zero) if args.preset
                 else args.table_rows)
-        tables = tuple(replace(t, combiner=args.combiner) for t in one_hot_tables(rows, args.embedding_dim))
+        tables = tuple(replace(t, combiner=args.combiner) for t in one_hot_tables(rows, dim))
         if args.preset:  # a multi-hot preset (mlperf) carries its hotness; the contract lists one-hot tables first
             tables = tuple(replace(t, hotness=h, multi_hot=h > 1)
                            for t, h in zip(tables, preset_hotness(args.preset)))
@@ -101,17 +103,16 @@ def tables_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 
 def _refuse_flags_that_do_not_apply(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """A flag typed where it changes nothing is refused, as by the trainer (`dlrm.cli`)."""
-    if args.arch != "widedeep":
-        for flag, value in (("--model_type", args.model_type), ("--wide_crosses", args.wide_crosses),
-                            ("--wide_cross_buckets", args.wide_cross_buckets)):
-            if value:
-                parser.error(f"argument {flag}: not used by --arch {args.arch} (it applies to --arch widedeep)")
-    elif args.model_type == "deep":
-        for flag, value in (("--wide_crosses", args.wide_crosses), ("--wide_cross_buckets", args.wide_cross_buckets)):
-            if value:
-                parser.error(f"argument {flag}: not used by --model_type deep (it applies to --model_type wide "
-                             f"and wide_n_deep)")
+    """A flag typed where it changes nothing is refused, by the trainer's rule and in its words (`cli_flags`)."""
+    model_type = args.model_type or ModelConfig().model_type
+    for name in ("--model_type", "--wide_crosses", "--wide_cross_buckets"):
+        reason = not_applying(FLAGS_BY_NAME[name], args.arch, model_type, "train")
+        if getattr(args, name.lstrip("-")) and reason:
+            parser.error(f"argument {name}: {reason}")
+    if args.wide_cross_buckets and not args.wide_crosses:
+        parser.error("argument --wide_cross_buckets: sizes the tables of --wide_crosses, and none are given")
+    if args.embedding_dims and args.embedding_dim:
+        parser.error("argument --embedding_dim: not used with --embedding_dims (which gives every table's dim)")
     if args.no_reserve_zero and not args.preset:
         parser.error("argument --no_reserve_zero: applies to --preset sizes only (--table_rows and --feature_spec "
                      "give the table sizes as they are)")

@@ -31,7 +31,8 @@ format 1 (tables by position, `embedding/t<i>/`) still restore: table i of the m
 `model_shape` records and compares the model's tables by name, numerical features and dense sizes.
 
 Modules by job: `files` (names, .npy writing, reading regions), `directory` (lock, writable and space
-checks, publishing, pruning, finding), `protocol` (save / restore / prepare with every rank together),
+checks, publishing, pruning; finding a checkpoint and reading its meta.json live in `dlrm.checkpoint_layout`,
+which the command line reads without TensorFlow), `protocol` (save / restore / prepare with every rank together),
 `model_shape`, `verify`; on top of them, for a training run's `Parts`: `saving` (when and what a run saves) and
 `restore` (where a run resumes from, and the restore of every mode). Those two import `train.build`,
 which imports this package, so they are imported by module, not from here.

@@ -4,7 +4,7 @@ A checkpoint of format 3 lists each file it wrote in `manifest.json` with its si
 (`zlib.crc32`, computed while the file is written; the manifest carries the CRC32 of its own list).
 Verification reads each file once: its size, its CRC32 and, for an .npy file, that every floating-point
 value is finite. Checkpoints of formats 1 and 2 (no manifest) are checked for readable, finite arrays.
-The ranks share the files (file i on rank i % world size) and agree on the outcome (`protocol`).
+The ranks share the files by size (`share_by_size`) and agree on the outcome (`protocol`).
 """
 from __future__ import annotations
 
