@@ -66,7 +66,7 @@ dlrm_mode() {
   for arg in "$@"; do
     case "$arg" in
       --mode=*) mode=${arg#--mode=} ;;
-      --evaluate) mode=eval ;;
+      --evaluate) mode="eval" ;;
       *) if [ "$previous" = --mode ]; then mode=$arg; fi ;;
     esac
     previous=$arg
