@@ -81,7 +81,7 @@ def run(config: PreprocConfig, spark=None) -> PreprocessResult:
 
     The dataset follows the output-directory rule (`dlrm.output_dir`): written aside, then renamed into
     place complete; an earlier dataset is replaced only with --overwrite. A failed run leaves the target as
-    it was and keeps its quarantine and report beside it (`<out_dir>.tmp-<pid>`, named in its messages)."""
+    it was and keeps its quarantine and report beside it (`<out_dir>.tmp-<pid>`, which its log names)."""
     config.validate()
     output = dataset_dir(config.out_dir, "out_dir")
     output.check(config.overwrite)
