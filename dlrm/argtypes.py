@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
+from typing import Optional, Sequence
 
 from dlrm.errors import UsageError
 
@@ -139,10 +141,41 @@ def show_default(value, separator: str = "-") -> str:
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises `UsageError` instead of printing and exiting, so that the shared entry-point
-    handler (`dlrm.cli_errors.run_main`) prints a usage error once (from rank 0) like any other."""
+    handler (`dlrm.cli_errors.run_main`) prints a usage error once (from rank 0) like any other. Flags are
+    typed whole (no abbreviation): what a flag applies to is checked on its name as typed."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UsageError(f"{self.format_usage()}{self.prog}: error: {message}")
+
+
+def command_line(argv: Optional[Sequence[str]]) -> list[str]:
+    """The arguments a parser reads: `argv`, or this process's."""
+    return list(argv) if argv is not None else sys.argv[1:]
+
+
+def typed_flag(argv: Sequence[str], flag: str) -> bool:
+    """Whether `flag` is typed in `argv` (as `--flag` or `--flag=value`, before any `--`)."""
+    for token in argv:
+        if token == "--":
+            return False
+        if token == flag or token.startswith(flag + "="):
+            return True
+    return False
+
+
+def refuse_unless(parser: argparse.ArgumentParser, argv: Sequence[str], applies: bool, flags: Sequence[str],
+                  why: str) -> None:
+    """Unless they apply, the `flags` typed in `argv` would change nothing: the first is refused, `why` says
+    where it applies."""
+    if applies:
+        return
+    for flag in flags:
+        if typed_flag(argv, flag):
+            parser.error(f"argument {flag}: {why}")
 
 
 DEBUG_HELP = "print the traceback of errors caused by input or configuration too (to report a problem)"

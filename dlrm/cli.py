@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from dlrm.argtypes import ArgumentParser, show_default
 from dlrm.checkpoint_layout import META, CheckpointError, recorded_config, restore_source
-from dlrm.cli_flags import FLAG_GROUPS, FLAGS_BY_NAME, FieldPath, Flag, not_applying
+from dlrm.cli_flags import FLAG_GROUPS, FLAGS_BY_NAME, FieldPath, Flag, not_applying, run_name
 from dlrm.cli_presets import SHOWN_PRESETS, configure
 from dlrm.config import Config, ModelConfig, PartialConfig, TrainConfig
 
@@ -129,12 +129,16 @@ def with_checkpoint_model(flags: PartialConfig, given: dict[str, object],
 
 def _refuse_flags_that_do_not_apply(given: dict[str, object], config: Config,
                                     parser: argparse.ArgumentParser) -> None:
-    """A typed flag outside the archs, Wide & Deep model types or modes it is declared for (`cli_flags`) would
-    be ignored: it is refused instead, naming where it applies."""
+    """A typed flag outside the archs, Wide & Deep model types or runs it is declared for (`cli_flags`), or
+    without the flag it needs, would be ignored: it is refused instead, naming where it applies."""
+    run = run_name(config.train.mode, config.train.benchmark)
     for dest in given:
-        reason = not_applying(FLAGS_BY_DEST[dest], config.model.arch, config.model.model_type, config.train.mode)
+        flag = FLAGS_BY_DEST[dest]
+        reason = not_applying(flag, config.model.arch, config.model.model_type, run)
         if reason:
-            parser.error(f"argument {FLAGS_BY_DEST[dest].name}: {reason}")
+            parser.error(f"argument {flag.name}: {reason}")
+        if flag.needs and FLAGS_BY_NAME[flag.needs].dest not in given:
+            parser.error(f"argument {flag.name}: not used without {flag.needs}")
 
 
 def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
@@ -153,8 +157,6 @@ def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     if config.train.saved_model_output_path and (config.train.mode != "train" or not config.train.save_checkpoint_path):
         parser.error("--saved_model_output_path exports the final checkpoint of a training run: it needs --mode train "
                      "and --save_checkpoint_path (or run python -m dlrm.export on a checkpoint)")
-    if config.train.mode == "inference_benchmark" and config.train.predictions_path:
-        parser.error("--predictions_path needs --mode eval or train (inference_benchmark does not evaluate)")
 
 
 def parse_config(argv: Optional[Sequence[str]] = None) -> Config:

@@ -35,9 +35,14 @@ DCN = ("dcnv2",)
 WIDEDEEP = ("widedeep",)
 DEEP_PART = ("deep", "wide_n_deep")  # the --model_type values that keep the deep part
 WIDE_PART = ("wide", "wide_n_deep")
-# The modes a flag applies to, where it does not apply to all of them.
-TRAINING = ("train",)  # the training data, batch, schedule, optimizer, checkpoints written
-TIMED = ("train", "inference_benchmark")  # --benchmark in train mode, and the inference benchmark
+# The runs a flag applies to, where it does not apply to all of them: the values of --mode, with train mode's
+# --benchmark a run of its own (timed training steps: no evaluation, no checkpoint read or written).
+BENCHMARK = "train --benchmark"
+STEPS = ("train", BENCHMARK)  # what a training step reads: its data, batch, optimizer and schedule
+TRAINING = ("train",)  # the training loop's own: its length, evaluations, log lines and checkpoints
+NOT_BENCHMARK = ("train", "eval", "inference_benchmark")  # the test data, and checkpoints read or written
+EVALUATING = ("train", "eval")  # the evaluation's results (train mode: the final evaluation)
+TIMED = (BENCHMARK, "inference_benchmark")
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,8 @@ class Flag:
     # refused (`dlrm.cli`). Empty: all of them.
     archs: tuple[str, ...] = ()
     model_types: tuple[str, ...] = ()  # of --arch widedeep
-    modes: tuple[str, ...] = ()  # of --mode
+    modes: tuple[str, ...] = ()  # runs: values of --mode, and BENCHMARK
+    needs: str = ""  # a flag that must be given too for this one to do anything
 
     @property
     def dest(self) -> str:
@@ -83,14 +89,17 @@ DATA_FLAGS = FlagGroup("data", (
     Flag("--synthetic_train_rows", "data.synthetic_train_rows", "synthetic training rows", type=positive_int),
     Flag("--synthetic_test_rows", "data.synthetic_test_rows", "synthetic test rows", type=positive_int),
     Flag("--synthetic_seed", "data.synthetic_seed", "seed of the synthetic generator", type=seed),
-    Flag("--train_mapping", "data.train_mapping", "mapping (split) used for training", modes=TRAINING),
-    Flag("--test_mapping", "data.test_mapping", "mapping (split) used for evaluation"),
+    Flag("--train_mapping", "data.train_mapping", "mapping (split) used for training", modes=STEPS),
+    Flag("--test_mapping", "data.test_mapping", "mapping (split) used for evaluation",
+         modes=NOT_BENCHMARK),
     Flag("--global_batch_size", "data.global_batch_size", "training batch over all ranks",
-         type=positive_int, modes=TRAINING),
-    Flag("--valid_batch_size", "data.eval_batch_size", "evaluation batch over all ranks", type=positive_int),
-    Flag("--eval_batch_size", "data.eval_batch_size", "the same as --valid_batch_size", type=positive_int),
+         type=positive_int, modes=STEPS),
+    Flag("--valid_batch_size", "data.eval_batch_size", "evaluation batch over all ranks", type=positive_int,
+         modes=NOT_BENCHMARK),
+    Flag("--eval_batch_size", "data.eval_batch_size", "the same as --valid_batch_size", type=positive_int,
+         modes=NOT_BENCHMARK),
     Flag("--partial_batch", "data.partial_batch", "last smaller batch of an epoch",
-         choices=("keep", "drop"), modes=TRAINING),
+         choices=("keep", "drop"), modes=STEPS),
     Flag("--prefetch_batches", "data.prefetch_batches", "batches read ahead", type=count),
     Flag("--decode_threads", "data.decode_threads", "decode threads (whole batches each when prefetching)",
          type=positive_int),
@@ -129,32 +138,32 @@ MODEL_FLAGS = FlagGroup("model", (
 
 OPTIMIZER_FLAGS = FlagGroup("optimizer and learning-rate schedule", (
     Flag("--optimizer", "optimizer.optimizer", "optimizer (embeddings updated sparsely)",
-         choices=tuple(OPTIMIZER_NAMES), archs=MLP_ARCHS, modes=TRAINING),
+         choices=tuple(OPTIMIZER_NAMES), archs=MLP_ARCHS, modes=STEPS),
     Flag("--learning_rate", "optimizer.learning_rate", "peak learning rate",
-         type=positive_number, archs=MLP_ARCHS, modes=TRAINING),
+         type=positive_number, archs=MLP_ARCHS, modes=STEPS),
     Flag("--warmup_steps", "optimizer.warmup_steps", "linear warmup steps",
-         type=count, archs=MLP_ARCHS, modes=TRAINING),
+         type=count, archs=MLP_ARCHS, modes=STEPS),
     Flag("--decay_start_step", "optimizer.decay_start_step", "first step of the polynomial decay", type=count,
-         archs=MLP_ARCHS, modes=TRAINING),
+         archs=MLP_ARCHS, modes=STEPS),
     Flag("--decay_steps", "optimizer.decay_steps", "length of the decay (then clamped)",
-         type=count, archs=MLP_ARCHS, modes=TRAINING),
+         type=count, archs=MLP_ARCHS, modes=STEPS),
     Flag("--decay_power", "optimizer.decay_power", "power of the polynomial decay", type=positive_number,
-         archs=MLP_ARCHS, modes=TRAINING),
+         archs=MLP_ARCHS, modes=STEPS),
     Flag("--end_learning_rate", "optimizer.end_learning_rate", "learning rate after the decay",
-         type=non_negative_number, archs=MLP_ARCHS, modes=TRAINING),
+         type=non_negative_number, archs=MLP_ARCHS, modes=STEPS),
     Flag("--linear_learning_rate", "optimizer.linear_learning_rate",
          "Wide & Deep: FTRL learning rate of the wide part (constant)", type=positive_number,
-         archs=WIDEDEEP, model_types=WIDE_PART, modes=TRAINING),
+         archs=WIDEDEEP, model_types=WIDE_PART, modes=STEPS),
     Flag("--linear_initial_accumulator", "optimizer.linear_initial_accumulator",
          "Wide & Deep: FTRL's starting accumulator (small: the wide part learns from the first steps on)",
-         type=positive_number, archs=WIDEDEEP, model_types=WIDE_PART, modes=TRAINING),
+         type=positive_number, archs=WIDEDEEP, model_types=WIDE_PART, modes=STEPS),
     Flag("--deep_learning_rate", "optimizer.deep_learning_rate", "Wide & Deep: peak learning rate of the deep part",
-         type=positive_number, archs=WIDEDEEP, model_types=DEEP_PART, modes=TRAINING),
+         type=positive_number, archs=WIDEDEEP, model_types=DEEP_PART, modes=STEPS),
     Flag("--deep_warmup_epochs", "optimizer.deep_warmup_epochs",
          "Wide & Deep: epochs of linear warmup of the deep part's learning rate", type=non_negative_number,
-         archs=WIDEDEEP, model_types=DEEP_PART, modes=TRAINING),
+         archs=WIDEDEEP, model_types=DEEP_PART, modes=STEPS),
     Flag("--deep_optimizer", "optimizer.deep_optimizer", "Wide & Deep: optimizer of the deep part",
-         choices=DEEP_OPTIMIZERS, archs=WIDEDEEP, model_types=DEEP_PART, modes=TRAINING),
+         choices=DEEP_OPTIMIZERS, archs=WIDEDEEP, model_types=DEEP_PART, modes=STEPS),
 ))
 
 PLACEMENT_FLAGS = FlagGroup("embedding placement and memory", (
@@ -173,21 +182,21 @@ RUN_FLAGS = FlagGroup("training run", (
     Flag("--evaluate", "train.mode", "the same as --mode eval", const="eval"),
     Flag("--max_steps", "train.max_steps", "stop after this many global steps", type=positive_int, modes=TRAINING),
     Flag("--epochs", "train.epochs", "passes over the training data (fractions allowed)",
-         type=positive_number, modes=TRAINING),
-    Flag("--num_epochs", "train.epochs", "the same as --epochs", type=positive_number, modes=TRAINING),
+         type=positive_number, modes=STEPS),
+    Flag("--num_epochs", "train.epochs", "the same as --epochs", type=positive_number, modes=STEPS),
     Flag("--eval_every", "train.eval_every_steps", "evaluate every N steps (and at the end)",
          type=positive_int, modes=TRAINING),
     Flag("--log_every", "train.log_every_steps", "log training metrics every N steps",
          type=positive_int, modes=TRAINING),
     Flag("--run_dir", "train.run_dir", "metrics.jsonl, TensorBoard, plot"),
     Flag("--save_checkpoint_path", "train.save_checkpoint_path",
-         "checkpoint root; a run finding a checkpoint here resumes from it"),
+         "checkpoint root; a run finding a checkpoint here resumes from it", modes=NOT_BENCHMARK),
     Flag("--restore_checkpoint_path", "train.restore_checkpoint_path",
-         "checkpoint (root or step_* directory) to start from"),
+         "checkpoint (root or step_* directory) to start from", modes=NOT_BENCHMARK),
     Flag("--checkpoint_every", "train.checkpoint_every_steps", "checkpoint every N steps (and at the end)",
-         type=positive_int, modes=TRAINING),
+         type=positive_int, modes=TRAINING, needs="--save_checkpoint_path"),
     Flag("--keep_checkpoints", "train.keep_checkpoints", "complete checkpoints kept",
-         type=positive_int, modes=TRAINING),
+         type=positive_int, modes=TRAINING, needs="--save_checkpoint_path"),
     Flag("--saved_model_output_path", "train.saved_model_output_path",
          "at the end of training, export the final checkpoint as a SavedModel here (python -m dlrm.export)"),
     Flag("--amp", "train.amp", "mixed precision (bfloat16 on CPU, float16 on GPU)", switch=True),
@@ -201,7 +210,7 @@ RUN_FLAGS = FlagGroup("training run", (
          "auto: horovod if HOROVOD_* is set or one process, else mpi", choices=("auto", "horovod", "mpi")),
     Flag("--predictions_path", "train.predictions_path",
          "write every evaluated row's group_id,label,logit,probability to this CSV file (eval mode; train mode: "
-         "the final evaluation)"),
+         "the final evaluation)", modes=EVALUATING),
     Flag("--benchmark", "train.benchmark",
          "train mode: time --benchmark_steps training steps after --benchmark_warmup_steps, report samples/s, "
          "stop (no checkpoint, no evaluation)", switch=True),
@@ -217,13 +226,18 @@ FLAG_GROUPS: tuple[FlagGroup, ...] = (DATA_FLAGS, MODEL_FLAGS, OPTIMIZER_FLAGS, 
 FLAGS_BY_NAME = {flag.name: flag for group in FLAG_GROUPS for flag in group.flags}
 
 
+def run_name(mode: str, benchmark: bool) -> str:
+    """The run of a --mode and --benchmark, as the flag table's `modes` name them."""
+    return BENCHMARK if mode == "train" and benchmark else mode
+
+
 def not_applying(flag: Flag, arch: str, model_type: str, mode: str) -> Optional[str]:
-    """Why `flag` would change nothing for this arch, Wide & Deep model type and mode (None: it applies), as
-    the trainer's and the planner's command lines say it."""
+    """Why `flag` would change nothing for this arch, Wide & Deep model type and run (`run_name`; None: it
+    applies), as the trainer's and the planner's command lines say it."""
     if flag.archs and arch not in flag.archs:
         return f"not used by --arch {arch} (it applies to --arch {' and '.join(flag.archs)})"
     if flag.model_types and model_type not in flag.model_types:
         return f"not used by --model_type {model_type} (it applies to --model_type {' and '.join(flag.model_types)})"
     if flag.modes and mode not in flag.modes:
-        return f"not used by --mode {mode} (it applies to --mode {' and '.join(flag.modes)})"
+        return f"not used by --mode {mode} (it applies to {' and '.join(f'--mode {run}' for run in flag.modes)})"
     return None

@@ -30,6 +30,7 @@ def _env(name: str, default):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
+        allow_abbrev=False,  # flags are typed whole: what one applies to is checked on its name
         prog="python -m preproc_spark3",
         description="Raw Criteo 1TB click-log days (day_0 .. day_23) -> split-binary DLRM dataset, with Spark 3.")
     p.add_argument("raw_dir", help="directory holding day_<N> files (or day_<N>.gz / day_<N>.bz2)")
@@ -102,8 +103,19 @@ def _spark_conf_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+GPU_FLAGS = ("--rapids_jar", "--gpu_discovery_script", "--gpus_per_executor", "--concurrent_gpu_tasks")
+
+
 def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
-    a = build_parser().parse_args(argv)
+    """Flags -> PreprocConfig; a typed flag that would change nothing is refused (exit 2)."""
+    parser, argv = build_parser(), argtypes.command_line(argv)
+    a = parser.parse_args(argv)
+    argtypes.refuse_unless(parser, argv, a.gpu, GPU_FLAGS, "not used without --gpu")
+    argtypes.refuse_unless(parser, argv, not a.no_shuffle, ("--seed",), "not used with --no_shuffle (it seeds the "
+                           "training rows' shuffle)")
+    argtypes.refuse_unless(parser, argv, not a.master.startswith("local"), ("--executor_memory",),
+                           f"not used by --master {a.master} (in local mode the driver runs every task: "
+                           f"see --driver_memory)")
     spark = SparkSettings(master=a.master, driver_memory=a.driver_memory, executor_memory=a.executor_memory,
                           shuffle_partitions=a.shuffle_partitions, local_dir=a.local_dir,
                           max_partition_bytes=a.max_partition_bytes, gpu=a.gpu, rapids_jar=a.rapids_jar,

@@ -60,17 +60,22 @@ dlrm_resolve_python() {
   export DLRM_PYTHON
 }
 
-# dlrm_mode [trainer flags...]: prints the --mode those flags select (train unless --mode or --evaluate).
-dlrm_mode() {
-  local mode=train previous=
+# dlrm_run [trainer flags...]: prints the run those flags select, as the trainer names it: the --mode
+# (train unless --mode or --evaluate), or "train --benchmark". The trainer takes no abbreviated flag.
+dlrm_run() {
+  local mode=train previous="" benchmark=""
   for arg in "$@"; do
     case "$arg" in
       --mode=*) mode=${arg#--mode=} ;;
       --evaluate) mode="eval" ;;
+      --benchmark) benchmark=1 ;;
       *) if [ "$previous" = --mode ]; then mode=$arg; fi ;;
     esac
     previous=$arg
   done
+  if [ "$mode" = train ] && [ -n "$benchmark" ]; then
+    mode="train --benchmark"
+  fi
   echo "$mode"
 }
 
@@ -85,17 +90,19 @@ dlrm_trainer_command() {
   fi
   local ckpt="$DLRM_JOB_DIR/checkpoints"
   mkdir -p "$DLRM_JOB_DIR/logs" "$ckpt"
-  DLRM_CMD=("$DLRM_PYTHON" "$DLRM_ROOT/main.py"
-            --run_dir "$DLRM_JOB_DIR"
-            --save_checkpoint_path "$ckpt")
-  if [ "$(dlrm_mode "$@")" = train ]; then  # the trainer refuses --checkpoint_every in the other modes
-    DLRM_CMD+=(--checkpoint_every "${DLRM_CHECKPOINT_EVERY:-1000}")
-  fi
+  DLRM_CMD=("$DLRM_PYTHON" "$DLRM_ROOT/main.py" --run_dir "$DLRM_JOB_DIR")
+  # The trainer refuses a flag that would change nothing: checkpoints are written in train mode only,
+  # and the training benchmark reads and writes none.
+  case "$(dlrm_run "$@")" in
+    train) DLRM_CMD+=(--save_checkpoint_path "$ckpt" --checkpoint_every "${DLRM_CHECKPOINT_EVERY:-1000}") ;;
+    "train --benchmark") ;;
+    *) DLRM_CMD+=(--save_checkpoint_path "$ckpt") ;;
+  esac
   if [ -n "${DLRM_DATASET:-}" ]; then
     DLRM_CMD+=(--dataset_path "$DLRM_DATASET")
   fi
-  if [ -s "$ckpt/latest" ]; then
-    echo "the trainer resumes from $ckpt/$(cat "$ckpt/latest")"
+  if [ -s "$ckpt/latest" ] && [[ " ${DLRM_CMD[*]} " == *" --save_checkpoint_path "* ]]; then
+    echo "the trainer starts from $ckpt/$(cat "$ckpt/latest")"
   fi
   DLRM_CMD+=("$@")
 }

@@ -6,7 +6,15 @@ import logging
 import os
 from typing import Optional, Sequence
 
-from dlrm.argtypes import ArgumentParser, add_debug_flag, count, positive_int, positive_number
+from dlrm.argtypes import (
+    ArgumentParser,
+    add_debug_flag,
+    command_line,
+    count,
+    positive_int,
+    positive_number,
+    refuse_unless,
+)
 from dlrm.launch.spec import SpecError, SweepError, load_spec
 
 
@@ -43,8 +51,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return run_main(sweep_or_collect, argv)
 
 
+# The flags of a submission, and of a submission to Slurm.
+SUBMIT_FLAGS = ("--out", "--executor", "--no_wait", "--wait_timeout", "--timeout_min")
+SLURM_FLAGS = ("--partition", "--tasks_per_node", "--gpus_per_node", "--cpus_per_task", "--srun_mpi")
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The flags, a typed flag that would change nothing refused."""
+    parser, argv = build_parser(), command_line(argv)
+    args = parser.parse_args(argv)
+    refuse_unless(parser, argv, not args.collect, SUBMIT_FLAGS + SLURM_FLAGS, "not used by --collect (it applies "
+                  "to --sweep)")
+    refuse_unless(parser, argv, args.executor == "slurm", SLURM_FLAGS, "not used by --executor local (one process "
+                  "on this machine starts the ranks)")
+    refuse_unless(parser, argv, not args.no_wait, ("--wait_timeout",), "not used with --no_wait")
+    return args
+
+
 def sweep_or_collect(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     if args.collect:
         from dlrm.launch.collect import collect
 

@@ -257,3 +257,15 @@ def test_cli(tmp_path):
     bad = subprocess.run([*run, "--overwrite"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert f"file {tmp_path / 'a.parquet'}, feature 'ad_id', row 9: id 77 is outside [0, 50)" in bad.stderr
+
+
+def test_the_cli_refuses_a_csv_delimiter_for_a_parquet_source(tmp_path):
+    """Before: --delimiter was accepted and changed nothing; now exit 2 naming the spec, nothing written."""
+    write_parts(tmp_path, {"a.parquet": table(10, 1), "t.parquet": table(6, 2)})
+    path = save(tmp_path, nvidia_spec(["a.parquet"], ["t.parquet"]))
+    done = subprocess.run([sys.executable, "-m", "dlrm.data.transcode", "--input", path, "--output",
+                           str(tmp_path / "bin"), "--delimiter", ";"], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"argument --delimiter: not used by the parquet source of {path} (it applies to CSV files)" in done.stderr
+    assert not (tmp_path / "bin").exists()

@@ -66,8 +66,7 @@ def test_every_flag_maps_to_its_field():
         "--mode", "train", "--max_steps", "99", "--epochs", "2.5", "--eval_every", "11",
         "--log_every", "3", "--run_dir", "/r", "--save_checkpoint_path", "/c", "--restore_checkpoint_path", "/c0",
         "--checkpoint_every", "13", "--keep_checkpoints", "5", "--amp", "--xla", "--seed", "42",
-        "--intra_op_threads", "2", "--inter_op_threads", "1", "--benchmark_warmup_steps", "1",
-        "--benchmark_steps", "9", "--debug",
+        "--intra_op_threads", "2", "--inter_op_threads", "1", "--debug",
     ]
     c = parse_config(argv)
     assert (c.data.dataset_dir, c.data.synthetic_dir, c.data.synthetic_preset) == ("/d", "/s", "t15")
@@ -92,7 +91,9 @@ def test_every_flag_maps_to_its_field():
     assert (t.save_checkpoint_path, t.restore_checkpoint_path, t.checkpoint_every_steps, t.keep_checkpoints) == \
         ("/c", "/c0", 13, 5)
     assert (t.amp, t.xla, t.seed, t.intra_op_threads, t.inter_op_threads) == (True, True, 42, 2, 1)
-    assert (t.benchmark_warmup_steps, t.benchmark_steps, t.debug) == (1, 9, True)
+    assert t.debug is True
+    timed = parse_config(["--mode", "inference_benchmark", "--benchmark_warmup_steps", "1", "--benchmark_steps", "9"])
+    assert (timed.train.benchmark_warmup_steps, timed.train.benchmark_steps) == (1, 9)
 
 
 def test_export_flag_maps_to_its_field():
@@ -126,7 +127,7 @@ def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
                       "--deep_dropout", "0", "--linear_learning_rate", "0.1",
                       "--deep_learning_rate", "0.001", "--deep_warmup_epochs", "1", "--deep_optimizer", "adagrad",
                       "--linear_initial_accumulator", "1e-6",
-                      "--num_epochs", "3", "--eval_batch_size", "4096", "--benchmark"])
+                      "--num_epochs", "3", "--benchmark"])
     assert (c.model.deep_hidden_units, c.model.deep_dropout, c.model.model_type) == ((64, 32), 0.0, "wide_n_deep")
     assert c.model.wide_crosses == () and c.model.wide_cross_buckets == 1 << 20  # none: NVIDIA's TF2 config
     crossed = parse_config(["--arch", "widedeep", "--dataset_path", "/d", "--wide_crosses", "ad_id:platform, a:b",
@@ -136,7 +137,7 @@ def test_widedeep_flags_map_to_their_fields_and_take_nvidias_defaults():
     assert (o.linear_learning_rate, o.deep_learning_rate, o.deep_warmup_epochs, o.deep_optimizer) == \
         (0.1, 0.001, 1.0, "adagrad")
     assert o.linear_initial_accumulator == 1e-6 and Config().optimizer.linear_initial_accumulator == 0.1
-    assert (c.train.epochs, c.data.eval_batch_size, c.train.benchmark) == (3.0, 4096, True)
+    assert (c.train.epochs, c.train.benchmark) == (3.0, True)
     evaluate = parse_config(["--arch", "widedeep", "--evaluate", "--restore_checkpoint_path", "/c"])
     assert evaluate.train.mode == "eval"
     for (section, name), value in dict([*WIDEDEEP_PRESET.items(), *WIDEDEEP_DEMO_PRESET.items()]).items():  # the demo
@@ -195,12 +196,25 @@ def test_bad_widedeep_flags_are_refused(argv, message):
     (["--mode", "train", "--evaluate"], "argument --evaluate: contradicts --mode (both set train.mode)"),
     (["--epochs", "2", "--num_epochs", "3"], "argument --num_epochs: contradicts --epochs (both set train.epochs)"),
     (["--mode", "eval", "--learning_rate", "1"], "argument --learning_rate: not used by --mode eval (it applies to "
-                                                 "--mode train)"),
+                                                 "--mode train and --mode train --benchmark)"),
     (["--evaluate", "--checkpoint_every", "5"], "argument --checkpoint_every: not used by --mode eval"),
     (["--mode", "inference_benchmark", "--global_batch_size", "8"],
-     "argument --global_batch_size: not used by --mode inference_benchmark (it applies to --mode train)"),
-    (["--mode", "eval", "--benchmark_steps", "3"],
-     "argument --benchmark_steps: not used by --mode eval (it applies to --mode train and inference_benchmark)"),
+     "argument --global_batch_size: not used by --mode inference_benchmark (it applies to --mode train and "
+     "--mode train --benchmark)"),
+    (["--mode", "eval", "--benchmark_steps", "3"], "argument --benchmark_steps: not used by --mode eval (it applies "
+                                                   "to --mode train --benchmark and --mode inference_benchmark)"),
+    (["--mode", "train", "--benchmark_warmup_steps", "3"], "argument --benchmark_warmup_steps: not used by --mode "
+                                                           "train (it applies to --mode train --benchmark and"),
+    (["--benchmark", "--max_steps", "3"], "argument --max_steps: not used by --mode train --benchmark (it applies to "
+                                          "--mode train)"),
+    (["--benchmark", "--eval_batch_size", "8"], "argument --eval_batch_size: not used by --mode train --benchmark"),
+    (["--benchmark", "--predictions_path", "p.csv"], "argument --predictions_path: not used by --mode train "
+                                                     "--benchmark (it applies to --mode train and --mode eval)"),
+    (["--mode", "train", "--checkpoint_every", "5"], "argument --checkpoint_every: not used without "
+                                                     "--save_checkpoint_path"),
+    (["--mode", "train", "--keep_checkpoints", "2"], "argument --keep_checkpoints: not used without "
+                                                     "--save_checkpoint_path"),
+    (["--mod", "eval"], "unrecognized arguments: --mod eval"),  # no abbreviation: launchers read --mode as typed
 ])
 def test_a_flag_that_would_be_ignored_or_overridden_is_refused(argv, message):
     """Before: each of these exited 0 as if the flag had not been given (or the last of two won)."""
@@ -279,7 +293,9 @@ def test_every_parser_flag_is_exercised_above():
     (["--warmup_steps", "-1"], "argument --warmup_steps: expected an integer >= 0, got '-1'"),
     (["--global_batch_size", "abc"], "argument --global_batch_size: expected a positive integer, got 'abc'"),
     (["--warmup_steps", "300"], "--decay_start_step (200) must not come before the end of the warmup"),
-    (["--mode", "inference_benchmark", "--predictions_path", "p.csv"], "--predictions_path needs --mode eval or train"),
+    (["--mode", "inference_benchmark", "--predictions_path", "p.csv"],
+     "argument --predictions_path: not used by --mode inference_benchmark (it applies to --mode train and "
+     "--mode eval)"),
 ])
 def test_bad_flags_are_rejected_with_a_clear_message(argv, message):
     with pytest.raises(UsageError) as caught:
@@ -370,6 +386,20 @@ def _cli(args, timeout=60):
      "argument --replicate_threshold: invalid size '1x'"),
     (["-m", "preproc_spark3", "raw", "out", "--max_partition_bytes", "1x"],
      "--max_partition_bytes: invalid size '1x': expected bytes or"),
+    # a flag that would change nothing is refused in every CLI, not only the trainer's
+    (["-m", "preproc_spark3", "raw", "out", "--rapids_jar", "r.jar"], "argument --rapids_jar: not used without --gpu"),
+    (["-m", "preproc_spark3", "raw", "out", "--no_shuffle", "--seed", "3"],
+     "argument --seed: not used with --no_shuffle"),
+    (["-m", "preproc_spark3", "raw", "out", "--executor_memory", "8g"],
+     "argument --executor_memory: not used by --master local[*] (in local mode the driver runs every task"),
+    (["-m", "preproc_spark3", "raw", "out", "--no_shuf"], "unrecognized arguments: --no_shuf"),
+    (["-m", "dlrm.launch", "--collect", "d", "--executor", "local"],
+     "argument --executor: not used by --collect (it applies to --sweep)"),
+    (["-m", "dlrm.launch", "--sweep", "s.yaml", "--executor", "local", "--partition", "p"],
+     "argument --partition: not used by --executor local"),
+    (["-m", "dlrm.launch", "--sweep", "s.yaml", "--no_wait", "--wait_timeout", "9"],
+     "argument --wait_timeout: not used with --no_wait"),
+    (["-m", "dlrm.data.synthetic", "--out", "unused", "--card", "3"], "unrecognized arguments: --card 3"),
 ])
 def test_bad_flags_exit_2_with_one_message_and_no_traceback(args, message):
     proc = _cli(args)

@@ -202,16 +202,21 @@ def test_a_bad_mpi_deadline_is_one_message_naming_the_variable(value):
         collective_timeouts({"DLRM_STEP_TIMEOUT_SECONDS": value})
 
 
-@pytest.mark.parametrize("flags, mode", [
-    ([], "train"), (["--mode", "train"], "train"), (["--mode", "eval"], "eval"), (["--evaluate"], "eval"),
-    (["--mode=inference_benchmark"], "inference_benchmark")])
-def test_the_slurm_trainer_command_checkpoints_periodically_in_train_mode_only(tmp_path, flags, mode):
-    """The launchers add --checkpoint_every to training jobs only: the trainer refuses it in the other modes,
-    and the command they build is one the trainer accepts."""
+@pytest.mark.parametrize("flags, mode, checkpoints", [
+    ([], "train", "written"), (["--mode", "train"], "train", "written"), (["--mode", "eval"], "eval", "read"),
+    (["--evaluate"], "eval", "read"), (["--mode=inference_benchmark"], "inference_benchmark", "read"),
+    (["--benchmark"], "train", "none"), (["--mode", "train", "--benchmark"], "train", "none")])
+def test_the_slurm_trainer_command_has_the_checkpoint_flags_of_its_run_only(tmp_path, flags, mode, checkpoints):
+    """The launchers add --checkpoint_every to training jobs only and no checkpoint flag to the training
+    benchmark: the trainer refuses a flag that changes nothing, and the command they build is one it accepts."""
     script = 'source slurm/common.sh; dlrm_trainer_command "$@"; printf "%s\\n" "${DLRM_CMD[@]}"'
     env = {**os.environ, "DLRM_ROOT": str(ROOT), "DLRM_JOB_DIR": str(tmp_path), "DLRM_PYTHON": "python"}
-    out = subprocess.run(["bash", "-c", script, "bash", *flags, "--restore_checkpoint_path", str(tmp_path / "none")],
+    restore = [] if checkpoints == "none" else ["--restore_checkpoint_path", str(tmp_path / "none")]
+    out = subprocess.run(["bash", "-c", script, "bash", *flags, *restore],
                          cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     command = out.splitlines()
-    assert command[1] == str(ROOT / "main.py") and ("--checkpoint_every" in command) == (mode == "train"), command
-    assert parse_config(command[2:]).train.mode == mode
+    assert command[1] == str(ROOT / "main.py"), command
+    assert ("--checkpoint_every" in command) == (checkpoints == "written"), command
+    assert ("--save_checkpoint_path" in command) == (checkpoints != "none"), command
+    config = parse_config(command[2:])
+    assert (config.train.mode, config.train.benchmark) == (mode, "--benchmark" in flags)

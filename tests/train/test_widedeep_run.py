@@ -18,8 +18,9 @@ from tests.support.runs import assert_same_final_weights
 
 ROWS = 400  # batches of 64: 6 full + one of 16 per epoch
 STEPS = 7  # one epoch
-COMMON = ["--arch", "widedeep", "--embedding_dim", "4", "--global_batch_size", "64", "--valid_batch_size", "256",
-          "--num_epochs", "1", "--log_every", "1", "--intra_op_threads", "2", "--seed", "4"]
+STEP = ["--arch", "widedeep", "--embedding_dim", "4", "--global_batch_size", "64", "--num_epochs", "1",
+        "--intra_op_threads", "2", "--seed", "4"]  # what --benchmark takes too
+COMMON = STEP + ["--valid_batch_size", "256", "--log_every", "1"]
 DEEP = ["--deep_hidden_units", "16", "8", "--deep_warmup_epochs", "0.5", "--deep_learning_rate", "0.01"]
 WIDE = ["--linear_learning_rate", "0.1", "--wide_crosses", "cat_0:cat_1,cat_1:cat_2", "--wide_cross_buckets",
         "4096"]  # one cross exact, one hashed
@@ -105,7 +106,8 @@ def test_a_wide_only_checkpoint_evaluates_without_deep_flags(dataset, tmp_path):
 
 
 def test_benchmark_times_training_steps_and_stops(dataset, tmp_path, capsys):
-    result = _run(dataset, tmp_path / "run", "--benchmark", "--benchmark_warmup_steps", "2", "--benchmark_steps", "3")
+    result = run(parse_config(["--dataset_path", dataset, "--run_dir", str(tmp_path / "run"), *STEP, *DEEP, *WIDE,
+                               "--benchmark", "--benchmark_warmup_steps", "2", "--benchmark_steps", "3"]))
     assert result.mode == "train" and result.step == 5 and result.samples_per_sec > 0
     assert result.extra["timed_steps"] == 3 and result.checkpoint is None
     out = capsys.readouterr().out

@@ -6,10 +6,19 @@ import argparse
 import os
 from typing import Optional, Sequence
 
-from dlrm.argtypes import ArgumentParser, add_debug_flag, one_character, positive_int
+from dlrm.argtypes import (
+    ArgumentParser,
+    add_debug_flag,
+    command_line,
+    one_character,
+    positive_int,
+    refuse_unless,
+    typed_flag,
+)
 from dlrm.data.format.writer import dataset_dir
 from dlrm.data.transcode import convert
-from dlrm.data.transcode.convert import DEFAULT_CHUNK_ROWS, transcode
+from dlrm.data.transcode.convert import DEFAULT_CHUNK_ROWS, load_input_spec, transcode
+from dlrm.data.transcode.parquet_input import is_parquet_spec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,8 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """The flags; --delimiter is refused for a parquet source (it would change nothing)."""
+    parser, argv = build_parser(), command_line(argv)
+    args = parser.parse_args(argv)
+    if typed_flag(argv, "--delimiter"):
+        refuse_unless(parser, argv, not is_parquet_spec(load_input_spec(args.input)), ("--delimiter",),
+                      f"not used by the parquet source of {args.input} (it applies to CSV files)")
+    return args
+
+
 def transcode_from_flags(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     with dataset_dir(args.output, "--output").staged(args.overwrite) as tmp:
         spec = transcode(args.input, tmp, args.chunk_rows, args.delimiter)
     print(f"wrote {spec.metadata['num_rows']} rows to {os.path.abspath(args.output)}")
