@@ -22,7 +22,9 @@ Usage (driver: generates data, alternates world sizes, writes JSON + markdown):
         [--windows 3] [--window_seconds 5] [--backends horovod,mpi]
 The driver runs each world size `--rounds` times, alternating (1, 2, 1, 2, ...), and reports medians.
 With `--backends horovod,mpi` each round runs world 2 once per backend (the MPI backend under plain
-`mpirun`); the MPI backend has no timeline, so its collective shares are not measured ("-").
+`mpirun`). The MPI backend has no timeline: it times its own collectives on every rank
+(`ProcessGroup.collective_seconds`), and the report adds where each rank's step time goes (compute,
+all-to-all, the other collectives, and the part of them spent waiting for peers).
 """
 from __future__ import annotations
 
@@ -170,22 +172,40 @@ def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float,
     # Every rank must run the same number of steps (each step is collective): rank 0 decides.
     steps_per_window = group.broadcast_object(max(1, round(window_seconds / ((time.time() - began) / 3))),
                                               root_rank=0, name="steps_per_window")
-    records, i = [], 0
+    records, clocks, i = [], [], 0
     for _ in range(windows):
         group.barrier()
-        began = time.time()
+        began, clock_before = time.time(), group.collective_seconds()
         for _ in range(steps_per_window):
             step(*batches[i % len(batches)]).numpy()
             i += 1
         group.barrier()
-        ended = time.time()
+        ended, clock_after = time.time(), group.collective_seconds()
         steps = steps_per_window
         records.append({"begin_us": began * 1e6, "end_us": ended * 1e6, "steps": steps,
                         "samples_per_sec": steps * model.global_batch / (ended - began)})
+        if clock_after is not None:
+            clocks.append(clock_shares(clock_before or {}, clock_after, ended - began))
+    if clocks:  # the backend timed its collectives on every rank: each rank writes its own
+        Path(f"{out}.rank{group.rank}").write_text(json.dumps(clocks))
     if group.rank == 0:
         plan = parts.plan
         Path(out).write_text(json.dumps({"world_size": group.size, "windows": records,
                                          "plan_kinds": [t.kind for t in plan.tables] if plan else None}))
+
+
+def clock_shares(before: dict, after: dict, wall: float) -> dict:
+    """One rank's shares of a window's wall time from the backend's collective clock (`collective_seconds`):
+    all-to-all, the other collectives, and the part of both spent waiting for peers; compute is the rest."""
+    def spent(kinds, field):
+        return sum(getattr(after[k], field) - (getattr(before[k], field) if k in before else 0.0)
+                   for k in kinds if k in after)
+
+    others = [k for k in after if k != "alltoall"]
+    shares = {"alltoall": spent(["alltoall"], "seconds") / wall, "allreduce": spent(others, "seconds") / wall,
+              "waiting": spent(list(after), "waiting") / wall}
+    shares["compute"] = 1.0 - shares["alltoall"] - shares["allreduce"]
+    return shares
 
 
 # -------------------------------------------------------------------------------- driver
@@ -208,11 +228,20 @@ def run_world(world: int, dataset: str, args, backend: str = "horovod") -> dict:
                    stdout=subprocess.DEVNULL if not args.verbose else None)
     result = json.loads(Path(out).read_text())
     result["backend"] = backend if world > 1 else "none"
-    for record in result["windows"]:
+    # [rank][window] -> shares, where the backend timed its collectives on every rank (MPI)
+    result["rank_shares"] = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(world)
+                             if os.path.exists(f"{out}.rank{r}")]
+    for index, record in enumerate(result["windows"]):
         wall = (record["end_us"] - record["begin_us"]) / 1e6
-        seconds = collective_seconds(timeline, record["begin_us"], record["end_us"]) \
-            if os.path.exists(timeline) else {"alltoall": None, "allreduce": None, "any_collective": None}
-        record.update({f"{k}_share": None if v is None else v / wall for k, v in seconds.items()})
+        if os.path.exists(timeline):
+            seconds = collective_seconds(timeline, record["begin_us"], record["end_us"])
+            record.update({f"{k}_share": v / wall for k, v in seconds.items()})
+        elif result["rank_shares"]:  # rank 0's clock, as Horovod's timeline is rank 0's
+            own = result["rank_shares"][0][index]
+            record.update(alltoall_share=own["alltoall"], allreduce_share=own["allreduce"],
+                          any_collective_share=own["alltoall"] + own["allreduce"])
+        else:
+            record.update(alltoall_share=None, allreduce_share=None, any_collective_share=None)
     return result
 
 
@@ -235,8 +264,13 @@ def summarise(runs: list) -> list:
             "allreduce_share": _median([w["allreduce_share"] for w in windows]),
             "any_collective_share": _median([w["any_collective_share"] for w in windows]),
             "plan_kinds": mine[0]["plan_kinds"],
+            "rank_shares": [{key: statistics.median(w[key] for r in mine for w in r["rank_shares"][rank])
+                             for key in RANK_SHARES} for rank in range(world)] if mine[0].get("rank_shares") else [],
         })
     return rows
+
+
+RANK_SHARES = ("compute", "alltoall", "allreduce", "waiting")
 
 
 def _share(value: Optional[float]) -> str:
@@ -249,11 +283,22 @@ def markdown(rows: list, meta: dict) -> str:
              f"{meta['machine']}); "
              f"command: `{meta['command']}`", "",
              "| world size | backend | samples/s (median) | vs world 1 | all-to-all share | allreduce share | "
-             "any Horovod activity (incl. negotiation) | windows |", "|---|---|---|---|---|---|---|---|"]
+             "any collective (Horovod: incl. negotiation) | windows |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['world_size']} | {row['backend']} | {row['samples_per_sec']:,.0f} | "
                      f"{row['samples_per_sec'] / base:.2f}x | {_share(row['alltoall_share'])} | "
                      f"{_share(row['allreduce_share'])} | {_share(row['any_collective_share'])} | {row['windows']} |")
+    timed = [row for row in rows if row["rank_shares"]]
+    if timed:
+        lines += ["", "Where each rank's step time goes (MPI backend: its own clock of every collective; medians over "
+                  "the windows; waiting: inside a collective before the last peer's data arrived):", "",
+                  "| world size | backend | rank | compute | all-to-all | allreduce, allgather, barrier | "
+                  "of which waiting |", "|---|---|---|---|---|---|---|"]
+        for row in timed:
+            for rank, shares in enumerate(row["rank_shares"]):
+                lines.append(f"| {row['world_size']} | {row['backend']} | {rank} | {_share(shares['compute'])} | "
+                             f"{_share(shares['alltoall'])} | {_share(shares['allreduce'])} | "
+                             f"{_share(shares['waiting'])} |")
     return "\n".join(lines) + "\n"
 
 

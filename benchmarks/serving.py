@@ -24,12 +24,11 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks.machine import RESULTS, ROOT, command_line, machine_facts, run_facts, utc_now, write_json, write_table
-from dlrm import dist
 from dlrm.data.format.contract import contract_from_spec
 from dlrm.data.reader.reader import BatchReader
 from dlrm.export.inputs import ServingLayout
 from dlrm.export.source import load_source
-from dlrm.train.build import parts_for_spec
+from dlrm.train.build import serving_parts
 from dlrm.train.checkpoint.restore import restore
 from dlrm.train.step import make_predict_step
 
@@ -84,8 +83,7 @@ def main(argv: Optional[list] = None) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     source = load_source(checkpoint, dataset)
-    parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False,
-                           restored=True)
+    parts = serving_parts(source.config, source.spec)
     restore(parts, source.directory, training=False, verified=True)  # load_source verified it
     predict_step = make_predict_step(parts.model)
     layout = ServingLayout(contract_from_spec(source.spec, source.config.model.embedding_dim,

@@ -25,6 +25,16 @@ class Failure:
     message: str
 
 
+@dataclass
+class CollectiveTime:
+    """Wall time one rank spent in one kind of collective: `seconds` in all, of which `waiting` before every
+    peer's message had arrived (the peers were still computing, or their data was in transit)."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    waiting: float = 0.0
+
+
 class ProcessGroup:
     """Rank, world size and the collectives of one run; the only handle on Horovod or MPI.
 
@@ -47,6 +57,11 @@ class ProcessGroup:
     def is_peer_failure(self, error: BaseException) -> bool:
         """True if `error` is the backend reporting that another rank died or stalled (not a bug here)."""
         return False
+
+    def collective_seconds(self) -> Optional[Dict[str, CollectiveTime]]:
+        """This rank's time in collectives so far, by kind ("alltoall", "allreduce", "allgather",
+        "broadcast", "barrier"), where the backend measures it (the MPI backend; Horovod has its timeline)."""
+        return None
 
     @contextlib.contextmanager
     def steady_step(self, steady: bool = True) -> Iterator[None]:

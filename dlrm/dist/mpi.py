@@ -28,6 +28,7 @@ each rank sends and receives about twice the buffer, as a ring allreduce does).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from dlrm.dist.group import ProcessGroup
+from dlrm.dist.group import CollectiveTime, ProcessGroup
 from dlrm.dist.launcher import LauncherWorld
 from dlrm.errors import EnvironmentProblem
 
@@ -142,6 +143,10 @@ class MpiGroup(ProcessGroup):
         self._peers = [r for r in range(size) if r != rank]
         self._sequence = 0
         self._last_in_graph: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._clock: Dict[str, CollectiveTime] = {}
+
+    def collective_seconds(self) -> Dict[str, CollectiveTime]:
+        return {kind: dataclasses.replace(time_) for kind, time_ in self._clock.items()}
 
     @contextlib.contextmanager
     def steady_step(self, steady: bool = True) -> Iterator[None]:
@@ -155,10 +160,13 @@ class MpiGroup(ProcessGroup):
         return self.step_timeout if self._steady and not self._tracing_run else self.timeout
 
     # -- the transport: one message per peer, polled against the deadline ---------------------------
-    def _exchange(self, sends: Dict[int, np.ndarray], sources: Sequence[int], name: str) -> Dict[int, np.ndarray]:
+    def _exchange(self, sends: Dict[int, np.ndarray], sources: Sequence[int], name: str,
+                  kind: str) -> Dict[int, np.ndarray]:
         """Send each buffer of `sends` to its rank, receive one byte buffer from each rank of `sources`.
 
-        Never blocks past the deadline: a peer that does not deliver ends the job (`_give_up`).
+        Never blocks past the deadline: a peer that does not deliver ends the job (`_give_up`). The time it
+        took is added to `kind`'s, its waiting part up to the arrival of the last peer's message (of a send
+        only: all of it).
         """
         from mpi4py import MPI
 
@@ -171,7 +179,8 @@ class MpiGroup(ProcessGroup):
         receiving: Dict[int, tuple] = {}
         received: Dict[int, np.ndarray] = {}
         seconds = self._deadline_seconds()
-        deadline, polls, polled = time.monotonic() + seconds, 0, time.monotonic()
+        started = time.monotonic()
+        deadline, polls, polled, arrived = started + seconds, 0, started, None
         while probing or receiving or sending:
             for peer in list(probing):
                 message = comm.Improbe(source=peer, tag=tag, status=status)
@@ -179,6 +188,8 @@ class MpiGroup(ProcessGroup):
                     data = np.empty(status.Get_count(MPI.BYTE), np.uint8)
                     receiving[peer] = (message.Irecv([data, MPI.BYTE]), data)
                     probing.remove(peer)
+            if arrived is None and sources and not probing:
+                arrived = time.monotonic()
             for peer, (request, data) in list(receiving.items()):
                 if request.Test():
                     received[peer] = data
@@ -196,6 +207,11 @@ class MpiGroup(ProcessGroup):
                 self._give_up(name, sorted([*probing, *receiving]), sorted(sending), seconds)
             polls += 1
             time.sleep(0.0 if polls < _SPIN_POLLS else min(_MAX_POLL_SLEEP, 2e-5 * (polls - _SPIN_POLLS + 1)))
+        ended = time.monotonic()
+        spent = self._clock.setdefault(kind, CollectiveTime())
+        spent.calls += 1
+        spent.seconds += ended - started
+        spent.waiting += (arrived or ended) - started
         return received
 
     def _give_up(self, name: str, silent: List[int], not_receiving: List[int], seconds: float) -> None:
@@ -214,13 +230,13 @@ class MpiGroup(ProcessGroup):
             raise ValueError(f"'{name}': splits {splits.tolist()} do not cut {x.shape[0]} rows into {self.size}")
         offsets = np.concatenate([[0], np.cumsum(splits)])
         blocks = [x[offsets[r]:offsets[r + 1]] for r in range(self.size)]
-        got = self._exchange({peer: blocks[peer] for peer in self._peers}, self._peers, name)
+        got = self._exchange({peer: blocks[peer] for peer in self._peers}, self._peers, name, "alltoall")
         parts = [blocks[r] if r == self.rank else _rows(got[r], x.dtype, x.shape[1:]) for r in range(self.size)]
         return np.concatenate(parts), np.array([len(part) for part in parts], np.int32)
 
     def _np_allgather(self, x: np.ndarray, name: str) -> np.ndarray:
         x = np.ascontiguousarray(x)
-        got = self._exchange({peer: x for peer in self._peers}, self._peers, name)
+        got = self._exchange({peer: x for peer in self._peers}, self._peers, name, "allgather")
         return np.concatenate([x if r == self.rank else _rows(got[r], x.dtype, x.shape[1:])
                                for r in range(self.size)])
 
@@ -230,14 +246,14 @@ class MpiGroup(ProcessGroup):
         flat = np.ascontiguousarray(x).reshape(-1)
         bounds = [flat.size * r // self.size for r in range(self.size + 1)]
         chunks = [flat[bounds[r]:bounds[r + 1]] for r in range(self.size)]
-        got = self._exchange({peer: chunks[peer] for peer in self._peers}, self._peers, name)
+        got = self._exchange({peer: chunks[peer] for peer in self._peers}, self._peers, name, "allreduce")
         total = chunks[self.rank].copy() if self.rank == 0 else got[0].view(flat.dtype).copy()
         for r in range(1, self.size):
             part = chunks[self.rank] if r == self.rank else got[r].view(flat.dtype)
             (np.maximum if op == "max" else np.add)(total, part, out=total)
         if op == "mean":
             np.divide(total, self.size, out=total)
-        got = self._exchange({peer: total for peer in self._peers}, self._peers, name)
+        got = self._exchange({peer: total for peer in self._peers}, self._peers, name, "allreduce")
         reduced = np.concatenate([total if r == self.rank else got[r].view(flat.dtype) for r in range(self.size)])
         return reduced.reshape(np.shape(x))
 
@@ -245,9 +261,9 @@ class MpiGroup(ProcessGroup):
         """`data` of the root (bytes on the other ranks)."""
         if self.rank == root_rank:
             assert data is not None
-            self._exchange({peer: data for peer in self._peers}, [], name)
+            self._exchange({peer: data for peer in self._peers}, [], name, "broadcast")
             return data
-        return self._exchange({}, [root_rank], name)[root_rank]
+        return self._exchange({}, [root_rank], name, "broadcast")[root_rank]
 
     # -- inside and outside tf.function ---------------------------------------------------------------
     def _op(self, fn: Callable, inputs: list, dtypes: list, name: str) -> list:
@@ -348,7 +364,7 @@ class MpiGroup(ProcessGroup):
         return json.loads(self._np_broadcast(data, root_rank, name or "broadcast_object").tobytes().decode("utf-8"))
 
     def _barrier(self) -> None:
-        self._exchange({peer: np.empty(0, np.uint8) for peer in self._peers}, self._peers, "barrier")
+        self._exchange({peer: np.empty(0, np.uint8) for peer in self._peers}, self._peers, "barrier", "barrier")
 
     def _max_over_ranks(self, value: int, name: Optional[str]) -> int:
         return int(self._np_reduce(np.array([value], np.int64), "max", name or "max_over_ranks")[0])

@@ -1,8 +1,9 @@
 """The export: checkpoint -> one-process model with the restored weights -> SavedModel (+ ONNX), atomically.
 
-The model is the one the trainer builds from the checkpoint's configuration (`train.build`), restored by
-the trainer's restore (`train.checkpoint.restore`): a one-process `LocalEmbedding` restore assembles every table
-from the pieces any world size wrote, and no optimizer state is read.
+The model is built from the checkpoint's recorded configuration (`train.build.serving_parts`: one process,
+tables whole, zeros until restored, no placement plan) and restored by the trainer's restore
+(`train.checkpoint.restore`): a one-process `LocalEmbedding` restore assembles every table from the pieces any
+world size wrote, and no optimizer state is read.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from dlrm import dist
 from dlrm.config import ExportConfig
 from dlrm.data.format.contract import contract_from_spec
 from dlrm.data.format.feature_spec import SPEC_FILE_NAME
@@ -25,7 +25,7 @@ from dlrm.export.onnx_model import check_onnx_size, write_onnx
 from dlrm.export.serving import serving_module
 from dlrm.export.source import describe, load_source
 from dlrm.output_dir import OutputDir
-from dlrm.train.build import parts_for_spec
+from dlrm.train.build import serving_parts
 from dlrm.train.checkpoint.restore import restore
 
 SIGNATURE = "serving_default"
@@ -64,8 +64,7 @@ def export(cfg: ExportConfig, log: Callable[[str], None] = print, flag: str = "-
     if cfg.onnx:
         check_onnx_size(need)
     layout = ServingLayout(contract)
-    parts = parts_for_spec(source.config, source.spec, dist.single_process(), with_optimizer=False,
-                           restored=True)
+    parts = serving_parts(source.config, source.spec)
     restore(parts, source.directory, training=False, verified=True)
     module = serving_module(parts.model, layout)
     onnx_path = None

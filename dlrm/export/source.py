@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dlrm.checkpoint_layout import recorded_config
-from dlrm.config import Config, ShardingConfig
+from dlrm.config import Config
 from dlrm.data.format.feature_spec import SPEC_FILE_NAME, FeatureSpec
 from dlrm.export.errors import ExportError
 from dlrm.train import checkpoint
@@ -37,12 +37,10 @@ def find_checkpoint_dir(path: str) -> str:
 
 
 def serving_config(config: Config) -> Config:
-    """The training configuration of a checkpoint, for a forward pass in one process: eval mode (no
-    optimizer slots planned), no XLA (the SavedModel must not need a compiler), no per-rank budget (the
-    export checks its own, `dlrm.export.fits`), no export hook."""
+    """The training configuration of a checkpoint, for a forward pass in one process: eval mode, no XLA (the
+    SavedModel must not need a compiler), no export hook."""
     config = dataclasses.replace(config)
     config.train = dataclasses.replace(config.train, mode="eval", xla=False, saved_model_output_path=None)
-    config.sharding = ShardingConfig()
     return config
 
 

@@ -79,6 +79,14 @@ def configure_tensorflow(train_cfg: TrainConfig) -> None:
     keras.utils.set_random_seed(train_cfg.seed)
 
 
+def _tables(config: Config, contract: FeatureContract, restored: bool):
+    """The model's tables; `restored`: starting as zeros (a checkpoint overwrites every one next)."""
+    tables = model_tables(config.model, contract)
+    if restored:
+        tables = tuple(replace(table, initializer="zeros") for table in tables)
+    return tables
+
+
 def build_embeddings(config: Config, contract: FeatureContract, group: dist.ProcessGroup,
                      restored: bool = False) -> Tuple[EmbeddingCollection, Optional[Plan]]:
     """LocalEmbedding for one process; the planner's hybrid-parallel placement for several (with its plan).
@@ -86,9 +94,7 @@ def build_embeddings(config: Config, contract: FeatureContract, group: dist.Proc
     The plan is made (and checked against --rank_memory and this machine's memory) for one process too,
     before anything is allocated. `restored`: a checkpoint is about to overwrite every table, so the tables
     start as zeros instead of drawing initial values (minutes for the biggest models)."""
-    tables = model_tables(config.model, contract)
-    if restored:
-        tables = tuple(replace(table, initializer="zeros") for table in tables)
+    tables = _tables(config, contract, restored)
     plan = plan_embeddings(tables, group.size, config.sharding,
                            optimizer_slots=embedding_slot_count(config)
                            if config.train.mode == "train" else 0)  # eval and inference hold no slots
@@ -197,6 +203,16 @@ def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, 
         optimizer = build_training_optimizer(config, model, all_ranks_true=group.all_ranks_true)
         optimizer.build(model.trainable_variables)  # eagerly: slots exist before tracing / restoring
     return Parts(config, group, spec, contract, embeddings, model, optimizer, plan)
+
+
+def serving_parts(config: Config, spec: FeatureSpec) -> Parts:
+    """The one-process model a checkpoint is restored into for serving (`dlrm.export`): its tables whole
+    and zeros until the restore, no optimizer, no placement plan; the export checks the memory itself."""
+    contract = contract_from_spec(spec, config.model.embedding_dim, config.model.combiner)
+    check_model_shape(config.model, contract)
+    embeddings = LocalEmbedding(_tables(config, contract, restored=True), seed=config.model.seed)
+    model = build_model(config.model, contract, embeddings, amp=config.train.amp, xla=config.train.xla)
+    return Parts(config, dist.single_process(), spec, contract, embeddings, model)
 
 
 def make_reader(parts: Parts, mapping: str, batch_size: int, partial_batch: str = "keep") -> BatchReader:

@@ -7,7 +7,8 @@
 Progress goes to a tqdm bar on an interactive terminal and to plain periodic lines otherwise (logs
 of batch jobs stay readable), also under a launcher such as mpirun, which forwards a pseudo-terminal.
 Only the primary rank logs: other ranks get a disabled logger. A resumed run appends to the same
-file; readers keep the last record per (kind, step).
+file; readers keep the last record per (kind, step). A new run (`new_run`) first moves an earlier run's
+records to `<run_dir>/earlier/<time of its last record>/`: two runs' records never mix, none is lost.
 """
 from __future__ import annotations
 
@@ -25,6 +26,27 @@ from dlrm.train.eval_result import BayesOptimal, EvalMetrics, progress_text
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "metrics.png"
 TENSORBOARD_DIR = "tensorboard"
+EARLIER_DIR = "earlier"
+RECORDS = (METRICS_FILE, PLOT_FILE, TENSORBOARD_DIR)  # what one run writes into its run directory
+
+
+def move_earlier_records(run_dir: str) -> Optional[str]:
+    """Move the records of an earlier run in `run_dir` to `run_dir/earlier/<UTC time of its last record>/`;
+    returns that directory (None: there were none)."""
+    found = [name for name in RECORDS if os.path.exists(os.path.join(run_dir, name))]
+    if not found:
+        return None
+    last = max(os.path.getmtime(os.path.join(run_dir, name)) for name in found)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(last))
+    target = os.path.join(run_dir, EARLIER_DIR, stamp)
+    suffix = 1
+    while os.path.exists(target):
+        suffix += 1
+        target = os.path.join(run_dir, EARLIER_DIR, f"{stamp}-{suffix}")
+    os.makedirs(target)
+    for name in found:
+        os.replace(os.path.join(run_dir, name), os.path.join(target, name))
+    return target
 
 
 def _json_value(value):
@@ -59,7 +81,9 @@ class MetricsLog:
     """Logger for one run; every method is a no-op when `enabled` is False (non-primary ranks)."""
 
     def __init__(self, run_dir: str, enabled: bool = True, use_tqdm: Optional[bool] = None,
-                 tensorboard: bool = True, stream: Optional[TextIO] = None):
+                 tensorboard: bool = True, stream: Optional[TextIO] = None, new_run: bool = False):
+        """`new_run`: a run that does not continue one (training from no checkpoint, the training benchmark);
+        an earlier run's records in `run_dir` are moved aside first (`move_earlier_records`)."""
         self.enabled = enabled
         self.run_dir = run_dir
         self.stream = stream or sys.stdout
@@ -69,8 +93,11 @@ class MetricsLog:
         if not enabled:
             return
         self.metrics_path = os.path.join(run_dir, METRICS_FILE)
+        moved = None
         try:
             os.makedirs(run_dir, exist_ok=True)
+            if new_run:
+                moved = move_earlier_records(run_dir)
             _end_with_newline(self.metrics_path)  # a killed run may have left a torn last line
             self._file = open(self.metrics_path, "a", buffering=1)
         except OSError as error:
@@ -84,6 +111,8 @@ class MetricsLog:
             use_tqdm = watched_terminal(self.stream)
         self.use_tqdm = use_tqdm
         self._last_step = 0
+        if moved:
+            self.message(f"{run_dir} held the records of an earlier run: moved to {moved}")
 
     def start(self, total_steps: int, start_step: int = 0) -> None:
         """Training begins (or resumes at `start_step`): open the progress bar on a terminal."""

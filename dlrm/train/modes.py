@@ -151,14 +151,16 @@ def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunRe
     (NonFiniteLossError, CheckpointError, DataError, Interrupted, PeerRankFailed, ...) on failure."""
     configure_tensorflow(config.train)
     group = dist.start(config.train.backend)
-    log = MetricsLog(config.train.run_dir, enabled=group.rank == 0)
+    source = restore_source(config.train)  # the checkpoint the run starts from or reads, if any
+    # Training from no checkpoint, and the training benchmark, are new runs: they do not add to another's records.
+    new_run = config.train.mode == "train" and (config.train.benchmark or source is None)
+    log = MetricsLog(config.train.run_dir, enabled=group.rank == 0, new_run=new_run)
     try:
         check_predictions_path(config.train.predictions_path, group)
         dataset_dir = prepare_dataset(config.data, group, log)
         check_data(config, dataset_dir, group, log)
-        evaluating_a_checkpoint = config.train.mode != "train" and restore_source(config.train) is not None
         parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train",
-                            restored=evaluating_a_checkpoint)
+                            restored=config.train.mode != "train" and source is not None)
         bayes = BayesOptimal.of(parts.spec.metadata) if not config.data.dataset_dir else BayesOptimal()
         log_features(parts, dataset_dir, log)
         result = _run_mode(parts, log, bayes, after_training)

@@ -59,6 +59,8 @@ def test_every_collective_on_real_ranks(world):
     assert sorted(run.results) == list(range(world))
     assert {(r["backend"], r["size"]) for r in run.results.values()} == {("mpi", world)}
     assert len({tuple(r["bits"]) for r in run.results.values()}) == 1  # the same bits on every rank
+    # each rank's clock: the ranks that waited in a barrier for a rank 1 s late count (most of) it as waiting
+    assert all(run.results[r]["barrier_waited"] > 0.5 for r in range(1, world)), run.results
 
 
 @pytest.mark.multirank

@@ -312,3 +312,23 @@ def test_resuming_with_another_global_batch_size_is_refused(synthetic_dir, tmp_p
 def _write_json(path, value):
     with open(path, "w") as f:
         json.dump(value, f)
+
+
+def test_a_new_run_moves_an_earlier_run_s_records_aside_and_a_resumed_run_appends(synthetic_dir, tmp_path, capsys):
+    """Before: a second run into the same --run_dir appended to the first one's metrics.jsonl and
+    TensorBoard files, the two runs' records mixed."""
+    _run(synthetic_dir, tmp_path, "--max_steps", "2", "--log_every", "1")
+    first = (tmp_path / "run/metrics.jsonl").read_text()
+    _run(synthetic_dir, tmp_path, "--max_steps", "3", "--log_every", "3")  # a new run: no checkpoint to continue
+    earlier = list((tmp_path / "run/earlier").iterdir())
+    assert len(earlier) == 1 and (earlier[0] / "metrics.jsonl").read_text() == first
+    assert sorted(os.listdir(earlier[0])) == ["metrics.jsonl", "metrics.png", "tensorboard"]
+    assert [r["step"] for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "train"] == [3]
+    assert f"{tmp_path / 'run'} held the records of an earlier run: moved to {earlier[0]}" in capsys.readouterr().out
+
+    saving = ["--save_checkpoint_path", str(tmp_path / "ckpt"), "--log_every", "1"]
+    _run(synthetic_dir, tmp_path, "--max_steps", "2", *saving)  # new again: the previous records move aside
+    _run(synthetic_dir, tmp_path, "--max_steps", "4", *saving)  # continues its checkpoint: appends
+    assert len(list((tmp_path / "run/earlier").iterdir())) == 2
+    assert [r["step"] for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "train"] == \
+        [1, 2, 3, 4]

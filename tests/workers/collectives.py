@@ -5,7 +5,7 @@
     python -m tests.workers.collectives stall R   rank R stops itself (SIGSTOP) before a barrier
 
 Uneven and empty splits, zero-row inputs, gradients of the all-to-all; rank-dependent sleeps vary the
-timing. A failed check raises: the launch ends non-zero with the traceback.
+timing; each rank's time in collectives by kind. A failed check raises: the launch ends non-zero with the traceback.
 """
 from __future__ import annotations
 
@@ -98,6 +98,23 @@ def check_the_rest(group) -> None:
     np.testing.assert_array_equal(mean.values.numpy(), rows_of / np.float32(world))
 
 
+LATE_SECONDS = 1.0  # rank 0 enters the last barrier this late
+
+
+def check_the_clock(group) -> dict:
+    """Every kind of collective was timed; the ranks that waited for rank 0 to arrive count it as waiting."""
+    group.barrier()
+    if group.rank == 0:
+        time.sleep(LATE_SECONDS)
+    before = group.collective_seconds()["barrier"].waiting
+    group.barrier()
+    clock = group.collective_seconds()
+    assert set(clock) == {"alltoall", "allreduce", "allgather", "broadcast", "barrier"}, clock
+    for kind, spent in clock.items():
+        assert spent.calls >= 1 and 0 <= spent.waiting <= spent.seconds, (kind, spent)
+    return {"barrier_waited": clock["barrier"].waiting - before}
+
+
 def check(group) -> None:
     check_exchange(group, *exchange_and_gradient(group, *inputs(group))[:3])  # eager
 
@@ -113,7 +130,8 @@ def check(group) -> None:
         check_exchange(group, received, received_splits, grad)
         np.testing.assert_allclose(mean.numpy(), np.mean(losses.numpy()), rtol=1e-6)
     check_the_rest(group)
-    write_rank_result(group.rank, {"backend": group.backend, "size": group.size, "bits": check_fixed_buffer(group)})
+    bits = check_fixed_buffer(group)
+    write_rank_result(group.rank, {"backend": group.backend, "size": group.size, "bits": bits, **check_the_clock(group)})
 
 
 def stall(group, stopped: int) -> None:
