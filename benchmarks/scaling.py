@@ -229,8 +229,9 @@ def run_world(world: int, dataset: str, args, backend: str = "horovod") -> dict:
     result = json.loads(Path(out).read_text())
     result["backend"] = backend if world > 1 else "none"
     # [rank][window] -> shares, where the backend timed its collectives on every rank (MPI)
-    result["rank_shares"] = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(world)
-                             if os.path.exists(f"{out}.rank{r}")]
+    timed = [os.path.exists(f"{out}.rank{r}") for r in range(world)]
+    assert all(timed) or not any(timed), f"only some ranks wrote their collective clock: {timed}"
+    result["rank_shares"] = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(world) if timed[r]]
     for index, record in enumerate(result["windows"]):
         wall = (record["end_us"] - record["begin_us"]) / 1e6
         if os.path.exists(timeline):
@@ -292,7 +293,7 @@ def markdown(rows: list, meta: dict) -> str:
     if timed:
         lines += ["", "Where each rank's step time goes (MPI backend: its own clock of every collective; medians over "
                   "the windows; waiting: inside a collective before the last peer's data arrived):", "",
-                  "| world size | backend | rank | compute | all-to-all | allreduce, allgather, barrier | "
+                  "| world size | backend | rank | compute | all-to-all | allreduce, allgather, the windows' barrier | "
                   "of which waiting |", "|---|---|---|---|---|---|---|"]
         for row in timed:
             for rank, shares in enumerate(row["rank_shares"]):

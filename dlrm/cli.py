@@ -154,9 +154,6 @@ def _validate(config: Config, parser: argparse.ArgumentParser) -> None:
     if config.train.mode == "eval" and not config.train.restore_checkpoint_path \
             and not config.train.save_checkpoint_path:
         parser.error("--mode eval needs --restore_checkpoint_path (or --save_checkpoint_path holding a checkpoint)")
-    if config.train.saved_model_output_path and (config.train.mode != "train" or not config.train.save_checkpoint_path):
-        parser.error("--saved_model_output_path exports the final checkpoint of a training run: it needs --mode train "
-                     "and --save_checkpoint_path (or run python -m dlrm.export on a checkpoint)")
 
 
 def parse_config(argv: Optional[Sequence[str]] = None) -> Config:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from typing import Optional, Sequence
 
@@ -113,7 +114,7 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
     argtypes.refuse_unless(parser, argv, a.gpu, GPU_FLAGS, "not used without --gpu")
     argtypes.refuse_unless(parser, argv, not a.no_shuffle, ("--seed",), "not used with --no_shuffle (it seeds the "
                            "training rows' shuffle)")
-    argtypes.refuse_unless(parser, argv, not a.master.startswith("local"), ("--executor_memory",),
+    argtypes.refuse_unless(parser, argv, not re.fullmatch(r"local(\[.*\])?", a.master), ("--executor_memory",),
                            f"not used by --master {a.master} (in local mode the driver runs every task: "
                            f"see --driver_memory)")
     spark = SparkSettings(master=a.master, driver_memory=a.driver_memory, executor_memory=a.executor_memory,

@@ -79,17 +79,13 @@ dlrm_run() {
   echo "$mode"
 }
 
-# dlrm_trainer_command [extra trainer flags...]: fills the array DLRM_CMD with the command every rank
-# runs. Metrics go to $DLRM_JOB_DIR, checkpoints to $DLRM_JOB_DIR/checkpoints. A requeued or
-# resubmitted job finds its checkpoints there and the trainer resumes from them by itself (a run
-# whose --save_checkpoint_path holds a complete checkpoint continues from it): no second mechanism.
-dlrm_trainer_command() {
-  if [ ! -f "$DLRM_ROOT/main.py" ]; then
-    echo "error: $DLRM_ROOT/main.py not found; set DLRM_ROOT to the project checkout" >&2
-    return 2
-  fi
+# dlrm_job_command [extra trainer flags...]: fills the array DLRM_CMD with the command every rank of a
+# job in $DLRM_JOB_DIR runs, and nothing else (the sweep launcher checks a point's command with it before
+# submitting). Metrics go to $DLRM_JOB_DIR, checkpoints to $DLRM_JOB_DIR/checkpoints. A requeued or
+# resubmitted job finds its checkpoints there and the trainer resumes from them by itself (a run whose
+# --save_checkpoint_path holds a complete checkpoint continues from it): no second mechanism.
+dlrm_job_command() {
   local ckpt="$DLRM_JOB_DIR/checkpoints"
-  mkdir -p "$DLRM_JOB_DIR/logs" "$ckpt"
   DLRM_CMD=("$DLRM_PYTHON" "$DLRM_ROOT/main.py" --run_dir "$DLRM_JOB_DIR")
   # The trainer refuses a flag that would change nothing: checkpoints are written in train mode only,
   # and the training benchmark reads and writes none.
@@ -101,10 +97,21 @@ dlrm_trainer_command() {
   if [ -n "${DLRM_DATASET:-}" ]; then
     DLRM_CMD+=(--dataset_path "$DLRM_DATASET")
   fi
+  DLRM_CMD+=("$@")
+}
+
+# dlrm_trainer_command [extra trainer flags...]: the job's directories, and DLRM_CMD (dlrm_job_command).
+dlrm_trainer_command() {
+  if [ ! -f "$DLRM_ROOT/main.py" ]; then
+    echo "error: $DLRM_ROOT/main.py not found; set DLRM_ROOT to the project checkout" >&2
+    return 2
+  fi
+  local ckpt="$DLRM_JOB_DIR/checkpoints"
+  mkdir -p "$DLRM_JOB_DIR/logs" "$ckpt"
+  dlrm_job_command "$@"
   if [ -s "$ckpt/latest" ] && [[ " ${DLRM_CMD[*]} " == *" --save_checkpoint_path "* ]]; then
     echo "the trainer starts from $ckpt/$(cat "$ckpt/latest")"
   fi
-  DLRM_CMD+=("$@")
 }
 
 # dlrm_record_command: writes DLRM_CMD, shell-quoted (re-runnable as is), to $DLRM_JOB_DIR/command.txt.

@@ -27,8 +27,9 @@ class Failure:
 
 @dataclass
 class CollectiveTime:
-    """Wall time one rank spent in one kind of collective: `seconds` in all, of which `waiting` before every
-    peer's message had arrived (the peers were still computing, or their data was in transit)."""
+    """Wall time one rank spent in one kind of collective: `seconds` in all, of which `waiting` until every
+    peer's message had begun to arrive (the peers were still computing; of a send only, such as a broadcast's
+    root: until the peers took it). `calls`: message exchanges (an allreduce is two)."""
 
     calls: int = 0
     seconds: float = 0.0

@@ -170,6 +170,7 @@ class MpiGroup(ProcessGroup):
         """
         from mpi4py import MPI
 
+        started = time.monotonic()
         comm, status = self._comm, MPI.Status()
         self._sequence += 1
         tag = self._sequence % _TAG_CYCLE
@@ -179,8 +180,7 @@ class MpiGroup(ProcessGroup):
         receiving: Dict[int, tuple] = {}
         received: Dict[int, np.ndarray] = {}
         seconds = self._deadline_seconds()
-        started = time.monotonic()
-        deadline, polls, polled, arrived = started + seconds, 0, started, None
+        deadline, polls, polled, arrived = time.monotonic() + seconds, 0, time.monotonic(), None
         while probing or receiving or sending:
             for peer in list(probing):
                 message = comm.Improbe(source=peer, tag=tag, status=status)

@@ -97,13 +97,23 @@ class TrainingRun(submitit.helpers.Checkpointable):
         return record
 
 
-def _trainer_config(flags: Sequence[str]) -> dict:
-    """The config the trainer will build from these flags (its own parser: errors surface now)."""
+def job_command(job_dir: str, flags: Sequence[str]) -> List[str]:
+    """The command every rank of a job in `job_dir` runs for these trainer flags: the launcher scripts' own
+    (`slurm/common.sh`, `dlrm_job_command`), which adds the run and checkpoint directories."""
+    script = 'source "$DLRM_ROOT/slurm/common.sh"; dlrm_job_command "$@"; printf "%s\\0" "${DLRM_CMD[@]}"'
+    env = {**os.environ, "DLRM_ROOT": PROJECT_ROOT, "DLRM_JOB_DIR": job_dir, "DLRM_PYTHON": sys.executable}
+    done = subprocess.run(["bash", "-c", script, "bash", *flags], env=env, capture_output=True, text=True,
+                          check=True)
+    return done.stdout.split("\0")[:-1]
+
+
+def _trainer_config(job_dir: str, flags: Sequence[str]) -> dict:
+    """The config the trainer will build from the job's command (its own parser: errors surface now)."""
     from dlrm.cli import parse_config
     from dlrm.errors import UsageError
 
     try:
-        return parse_config(flags).to_dict()
+        return parse_config(job_command(job_dir, flags)[2:]).to_dict()
     except UsageError as error:
         message = str(error).strip().splitlines()[-1]
         raise ValueError(f"trainer flags rejected by main.py's parser: {' '.join(flags)}: {message}") from None
@@ -145,7 +155,7 @@ def submit_sweep(spec: SweepSpec, sweep_dir: str, options: ExecutorOptions) -> L
     for point in spec.points():  # check everything before submitting anything
         point_dir = os.path.join(sweep_dir, point.name)
         flags = point.trainer_flags(spec, point_dir)
-        config = _trainer_config(flags)
+        config = _trainer_config(point_dir, flags)
         nodes, tasks = options.layout(point.world_size)
         prepared.append((point, point_dir, flags, config, nodes, tasks))
     submitted = []

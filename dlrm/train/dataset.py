@@ -61,8 +61,9 @@ def check_data(config: Config, dataset_dir: str, group: dist.ProcessGroup, log: 
     """Refuse bad data before step 1, the same way on every rank: a value of a mapping this mode reads
     (unless --skip_data_validation), an empty mapping, a test mapping of one class (AUC undefined)."""
     data, mode = config.data, config.train.mode
-    read = ([data.train_mapping] if mode == "train" else []) + [data.test_mapping]
-    scored = [data.test_mapping] if mode in ("train", "eval") else []
+    evaluated = [] if mode == "train" and config.train.benchmark else [data.test_mapping]  # the benchmark does not
+    read = ([data.train_mapping] if mode == "train" else []) + evaluated
+    scored = evaluated if mode in ("train", "eval") else []
     started = time.perf_counter()
     summary = check_mappings(FeatureSpec.load(dataset_dir), read, scored, rank=group.rank, world_size=group.size,
                              gather=functools.partial(group.allgather_object, name="data_check"),

@@ -6,9 +6,12 @@
 
 Progress goes to a tqdm bar on an interactive terminal and to plain periodic lines otherwise (logs
 of batch jobs stay readable), also under a launcher such as mpirun, which forwards a pseudo-terminal.
-Only the primary rank logs: other ranks get a disabled logger. A resumed run appends to the same
-file; readers keep the last record per (kind, step). A new run (`new_run`) first moves an earlier run's
-records to `<run_dir>/earlier/<time of its last record>/`: two runs' records never mix, none is lost.
+Only the primary rank logs: other ranks get a disabled logger, and holds `<run_dir>/run.lock` (one run
+at a time writes a run directory). A training run records whose records the directory holds
+(`run.json`: its checkpoint root). A resumed run appends to its own records (readers keep the last
+record per (kind, step)); any other training run first moves the records there to
+`<run_dir>/earlier/<time of the last one>/`: two training runs' records never mix, none is lost.
+Evaluations and the inference benchmark append to the records of the run they read.
 """
 from __future__ import annotations
 
@@ -19,15 +22,29 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, TextIO
 
-from dlrm.atomic import describe_os_error
+from dlrm.atomic import describe_os_error, write_text_atomically
+from dlrm.dir_lock import DirLock
 from dlrm.errors import PathError
 from dlrm.train.eval_result import BayesOptimal, EvalMetrics, progress_text
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "metrics.png"
 TENSORBOARD_DIR = "tensorboard"
+OWNER_FILE = "run.json"
+LOCK_FILE = "run.lock"
 EARLIER_DIR = "earlier"
-RECORDS = (METRICS_FILE, PLOT_FILE, TENSORBOARD_DIR)  # what one run writes into its run directory
+RECORDS = (METRICS_FILE, PLOT_FILE, TENSORBOARD_DIR, OWNER_FILE)  # what one run writes into its run directory
+
+
+def records_owner(run_dir: str) -> Optional[str]:
+    """The checkpoint root of the training run whose records `run_dir` holds ("": one without checkpoints);
+    None: not recorded (no training run yet, or one of an older version)."""
+    try:
+        with open(os.path.join(run_dir, OWNER_FILE), encoding="utf-8") as f:
+            owner = json.load(f).get("checkpoints")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
 
 
 def move_earlier_records(run_dir: str) -> Optional[str]:
@@ -81,9 +98,10 @@ class MetricsLog:
     """Logger for one run; every method is a no-op when `enabled` is False (non-primary ranks)."""
 
     def __init__(self, run_dir: str, enabled: bool = True, use_tqdm: Optional[bool] = None,
-                 tensorboard: bool = True, stream: Optional[TextIO] = None, new_run: bool = False):
-        """`new_run`: a run that does not continue one (training from no checkpoint, the training benchmark);
-        an earlier run's records in `run_dir` are moved aside first (`move_earlier_records`)."""
+                 tensorboard: bool = True, stream: Optional[TextIO] = None, owner: Optional[str] = None,
+                 continuing: bool = False):
+        """`owner`: of a training run, its checkpoint root ("": none); its records replace (`move_earlier_records`)
+        any in `run_dir` but its own when `continuing` (resuming from its own checkpoint). None: append."""
         self.enabled = enabled
         self.run_dir = run_dir
         self.stream = stream or sys.stdout
@@ -96,8 +114,14 @@ class MetricsLog:
         moved = None
         try:
             os.makedirs(run_dir, exist_ok=True)
-            if new_run:
-                moved = move_earlier_records(run_dir)
+            self._lock = DirLock(run_dir, LOCK_FILE, "run directory", "--run_dir")
+            problem = self._lock.acquire()
+            if problem:
+                raise PathError(problem)
+            if owner is not None:
+                if not continuing or records_owner(run_dir) not in (None, owner):
+                    moved = move_earlier_records(run_dir)
+                write_text_atomically(os.path.join(run_dir, OWNER_FILE), json.dumps({"checkpoints": owner}) + "\n")
             _end_with_newline(self.metrics_path)  # a killed run may have left a torn last line
             self._file = open(self.metrics_path, "a", buffering=1)
         except OSError as error:
@@ -189,9 +213,10 @@ class MetricsLog:
         if self._file is not None:
             self._file.close()
             self._file = None
-        if plot:
-            return plot_metrics(self.metrics_path, os.path.join(self.run_dir, PLOT_FILE))
-        return None
+        try:
+            return plot_metrics(self.metrics_path, os.path.join(self.run_dir, PLOT_FILE)) if plot else None
+        finally:
+            self._lock.release()
 
 
 def read_metrics(path: str) -> List[dict]:

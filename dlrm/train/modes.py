@@ -7,6 +7,7 @@ per-step agreement, the metrics log's rank-0 check).
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Generator, Optional, Protocol, cast
 
@@ -15,7 +16,7 @@ import tensorflow as tf
 
 from dlrm import dist
 from dlrm.checkpoint_layout import restore_source
-from dlrm.config import Config
+from dlrm.config import Config, TrainConfig
 from dlrm.data.format.errors import MappingTooSmall
 from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
@@ -146,15 +147,26 @@ def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> Non
         raise PredictionsPathError(failures[0].message)
 
 
+def records_of(train_cfg: TrainConfig, source: Optional[str]) -> dict:
+    """Whose records a run writes (`MetricsLog`'s owner and continuing): a training run's are its checkpoint
+    root's, continued when it resumes from its own checkpoint; the training benchmark's are its own (no
+    checkpoint); evaluations add to the records there."""
+    if train_cfg.mode != "train":
+        return {}
+    root = train_cfg.save_checkpoint_path
+    if train_cfg.benchmark or not root:
+        return {"owner": ""}
+    own = source is not None and os.path.dirname(os.path.abspath(source)) == os.path.abspath(root)
+    return {"owner": os.path.abspath(root), "continuing": own}
+
+
 def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunResult:
     """Set up, then run `config.train.mode` (then `after_training`, in train mode). Raises a UserError
     (NonFiniteLossError, CheckpointError, DataError, Interrupted, PeerRankFailed, ...) on failure."""
     configure_tensorflow(config.train)
     group = dist.start(config.train.backend)
     source = restore_source(config.train)  # the checkpoint the run starts from or reads, if any
-    # Training from no checkpoint, and the training benchmark, are new runs: they do not add to another's records.
-    new_run = config.train.mode == "train" and (config.train.benchmark or source is None)
-    log = MetricsLog(config.train.run_dir, enabled=group.rank == 0, new_run=new_run)
+    log = MetricsLog(config.train.run_dir, enabled=group.rank == 0, **records_of(config.train, source))
     try:
         check_predictions_path(config.train.predictions_path, group)
         dataset_dir = prepare_dataset(config.data, group, log)

@@ -21,9 +21,9 @@ from tests.support.datasets import CARDS, make_dataset, poke
 
 TRAIN_ROWS, TEST_ROWS = 2048, 1024
 EVALUATION = ["--valid_batch_size", "1024", "--intra_op_threads", "1"]  # eval takes the model from the checkpoint
-MODEL = ["--embedding_dim", "8", "--bottom_mlp_dims", "16-8", "--top_mlp_dims", "16-1", "--optimizer", "adagrad",
-         "--learning_rate", "0.05", "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", "256",
-         "--log_every", "1", *EVALUATION]
+STEP = ["--embedding_dim", "8", "--bottom_mlp_dims", "16-8", "--top_mlp_dims", "16-1", "--optimizer", "adagrad",
+        "--learning_rate", "0.05", "--warmup_steps", "0", "--decay_steps", "0", "--global_batch_size", "256"]
+MODEL = [*STEP, "--log_every", "1", *EVALUATION]
 
 
 # ----------------------------------------------------------------------------- the check kernel
@@ -184,6 +184,10 @@ def test_a_test_mapping_of_one_class_is_refused_in_train_and_eval_mode(tmp_path,
         run = main_py(tmp_path, dataset, *mode, model=model)
         assert run.returncode == 1 and message in run.stderr, run.stdout[-2000:] + run.stderr[-2000:]
         assert "AUC nan" not in run.stdout + run.stderr
+    # the training benchmark evaluates nothing: it neither reads nor scores the test mapping
+    run = main_py(tmp_path, dataset, "--benchmark", "--benchmark_warmup_steps", "1", "--benchmark_steps", "1",
+                  "--intra_op_threads", "1", model=STEP)
+    assert run.returncode == 0 and "mapping(s) train:" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
 
 
 def test_an_empty_test_mapping_is_refused(tmp_path, dataset):

@@ -164,5 +164,7 @@ def test_the_trainer_refuses_an_existing_saved_model_output_path_before_training
 
 
 def test_trainer_export_flag_needs_a_checkpoint_path():
-    with pytest.raises(UsageError, match="--saved_model_output_path .* needs --mode train and --save_checkpoint_path"):
+    with pytest.raises(UsageError, match="argument --saved_model_output_path: not used without --save_checkpoint_path"):
         parse_config(["--saved_model_output_path", "served"])
+    with pytest.raises(UsageError, match="argument --saved_model_output_path: not used by --mode train --benchmark"):
+        parse_config(["--benchmark", "--saved_model_output_path", "served"])

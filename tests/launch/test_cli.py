@@ -397,7 +397,7 @@ def _cli(args, timeout=60):
      "argument --executor: not used by --collect (it applies to --sweep)"),
     (["-m", "dlrm.launch", "--sweep", "s.yaml", "--executor", "local", "--partition", "p"],
      "argument --partition: not used by --executor local"),
-    (["-m", "dlrm.launch", "--sweep", "s.yaml", "--no_wait", "--wait_timeout", "9"],
+    (["-m", "dlrm.launch", "--sweep", "s.yaml", "--no_wait", "--wait_timeout=9"],
      "argument --wait_timeout: not used with --no_wait"),
     (["-m", "dlrm.data.synthetic", "--out", "unused", "--card", "3"], "unrecognized arguments: --card 3"),
 ])
@@ -406,6 +406,18 @@ def test_bad_flags_exit_2_with_one_message_and_no_traceback(args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and proc.stderr.count("error:") == 1, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_the_other_clis_take_a_flag_where_it_applies():
+    from dlrm.argtypes import typed_flag
+    from preproc_spark3.cli import parse_config as preprocess_config
+
+    spark = preprocess_config(["raw", "out", "--master", "spark://head:7077", "--executor_memory", "8g", "--seed", "3"])
+    assert (spark.spark.executor_memory, spark.seed) == ("8g", 3)
+    assert preprocess_config(["raw", "out", "--master", "local-cluster[2,1,1024]", "--executor_memory", "2g"]) \
+        .spark.executor_memory == "2g"  # local-cluster has executors of its own
+    assert typed_flag(["--seed=3"], "--seed") and not typed_flag(["--seeds", "3"], "--seed")
+    assert not typed_flag(["--out", "x", "--", "--seed"], "--seed")  # after --: a positional argument
 
 
 def test_parsing_happens_only_when_asked(monkeypatch):

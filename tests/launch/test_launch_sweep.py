@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dlrm.launch.spec import SpecError, load_spec
-from dlrm.launch.submit import ExecutorOptions, make_executor, wait_for_jobs
+from dlrm.launch.submit import ExecutorOptions, job_command, make_executor, wait_for_jobs
 from tests.support import ROOT
 from tests.support.multirank import RANK_ENV
 from tests.support.slurm_cluster import KILL_WAIT_S, PARTITION
@@ -74,7 +74,8 @@ def test_spec_grid_expands_to_trainer_flags_the_trainer_accepts(tmp_path):
     points = spec.points()
     assert [p.name for p in points] == ["tiny_d8_w1_s20", "tiny_d8_w2_s20", "tiny_d16_w1_s20", "tiny_d16_w2_s20"]
     flags = points[2].trainer_flags(spec, str(tmp_path / "p"))
-    config = parse_config(flags)
+    config = parse_config(job_command(str(tmp_path / "p"), flags)[2:])  # what the job runs: its directories added
+    assert config.train.save_checkpoint_path == str(tmp_path / "p" / "checkpoints")
     assert config.model.embedding_dim == 16 and config.model.bottom_mlp == (16, 16)
     assert config.train.max_steps == 20 and config.data.synthetic_preset == "tiny"
     assert config.data.synthetic_dir == str(tmp_path / "p" / "data")
@@ -88,7 +89,8 @@ def test_example_specs_give_valid_trainer_flags(example, tmp_path):
     points = spec.points()
     assert len(points) >= 2 and len({p.name for p in points}) == len(points)
     for point in points:
-        config = parse_config(point.trainer_flags(spec, str(tmp_path / point.name)))
+        point_dir = str(tmp_path / point.name)
+        config = parse_config(job_command(point_dir, point.trainer_flags(spec, point_dir))[2:])
         assert config.model.embedding_dim == point.embedding_dim
         assert config.model.bottom_mlp[-1] == point.embedding_dim
 

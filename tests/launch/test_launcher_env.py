@@ -209,12 +209,10 @@ def test_a_bad_mpi_deadline_is_one_message_naming_the_variable(value):
 def test_the_slurm_trainer_command_has_the_checkpoint_flags_of_its_run_only(tmp_path, flags, mode, checkpoints):
     """The launchers add --checkpoint_every to training jobs only and no checkpoint flag to the training
     benchmark: the trainer refuses a flag that changes nothing, and the command they build is one it accepts."""
-    script = 'source slurm/common.sh; dlrm_trainer_command "$@"; printf "%s\\n" "${DLRM_CMD[@]}"'
-    env = {**os.environ, "DLRM_ROOT": str(ROOT), "DLRM_JOB_DIR": str(tmp_path), "DLRM_PYTHON": "python"}
+    from dlrm.launch.submit import job_command
+
     restore = [] if checkpoints == "none" else ["--restore_checkpoint_path", str(tmp_path / "none")]
-    out = subprocess.run(["bash", "-c", script, "bash", *flags, *restore],
-                         cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
-    command = out.splitlines()
+    command = job_command(str(tmp_path), [*flags, *restore])
     assert command[1] == str(ROOT / "main.py"), command
     assert ("--checkpoint_every" in command) == (checkpoints == "written"), command
     assert ("--save_checkpoint_path" in command) == (checkpoints != "none"), command

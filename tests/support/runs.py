@@ -11,12 +11,13 @@ from tests.support import ROOT
 
 # A small synthetic dataset and its evaluation: the flags of every mode (eval and the inference benchmark
 # take the model from their checkpoint).
-SMALL_DATA = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--valid_batch_size", "1024",
-              "--intra_op_threads", "2"]
-# A small DLRM or DCNv2 (with SMALL_DCN) trained on it: a few seconds per run on 2 cores.
-SMALL = [*SMALL_DATA, "--global_batch_size", "512", "--embedding_dim", "8", "--bottom_mlp_dims", "16-8",
-         "--top_mlp_dims", "16-1", "--log_every", "2", "--warmup_steps", "2", "--decay_start_step", "4",
-         "--decay_steps", "4"]
+_SMALL_ROWS = ["--synthetic_train_rows", "6000", "--synthetic_test_rows", "2000", "--intra_op_threads", "2"]
+SMALL_DATA = [*_SMALL_ROWS, "--valid_batch_size", "1024"]
+# A small DLRM or DCNv2 (with SMALL_DCN) trained on it: a few seconds per run on 2 cores. SMALL_STEP: the
+# flags of its training step only, all that the training benchmark (--benchmark) takes.
+SMALL_STEP = [*_SMALL_ROWS, "--global_batch_size", "512", "--embedding_dim", "8", "--bottom_mlp_dims", "16-8",
+              "--top_mlp_dims", "16-1", "--warmup_steps", "2", "--decay_start_step", "4", "--decay_steps", "4"]
+SMALL = [*SMALL_STEP, "--valid_batch_size", "1024", "--log_every", "2"]
 SMALL_DCN = ["--arch", "dcnv2", "--dcn_low_rank_dim", "8", "--dcn_num_layers", "2"]
 
 MAX_STEPS = 100

@@ -1,4 +1,5 @@
 """The training loop end to end in one process: archs x optimizers, logs, modes, NaN stop, exact loss."""
+import io
 import json
 import math
 import os
@@ -13,7 +14,7 @@ from dlrm.cli import parse_config
 from dlrm.data.format.errors import DataError
 from dlrm.data.reader.reader import BatchReader
 from dlrm.dist import single_process
-from dlrm.errors import UsageError
+from dlrm.errors import PathError, UsageError
 from dlrm.train import checkpoint, loop
 from dlrm.train.build import build_parts, configure_tensorflow, make_reader
 from dlrm.train.checkpoint import saving
@@ -23,7 +24,7 @@ from dlrm.train.metrics_log import MetricsLog, read_metrics
 from dlrm.train.modes import run
 from dlrm.train.step import make_train_step
 from tests.support.damage import as_format_2
-from tests.support.runs import SMALL, SMALL_DATA, SMALL_DCN
+from tests.support.runs import SMALL, SMALL_DATA, SMALL_DCN, SMALL_STEP
 
 ONE = single_process()  # a world of one, without Horovod
 
@@ -317,18 +318,41 @@ def _write_json(path, value):
 def test_a_new_run_moves_an_earlier_run_s_records_aside_and_a_resumed_run_appends(synthetic_dir, tmp_path, capsys):
     """Before: a second run into the same --run_dir appended to the first one's metrics.jsonl and
     TensorBoard files, the two runs' records mixed."""
+    run_dir = tmp_path / "run"
+
+    def train_steps():
+        return [r["step"] for r in read_metrics(str(run_dir / "metrics.jsonl")) if r["kind"] == "train"]
+
     _run(synthetic_dir, tmp_path, "--max_steps", "2", "--log_every", "1")
-    first = (tmp_path / "run/metrics.jsonl").read_text()
+    first = (run_dir / "metrics.jsonl").read_text()
     _run(synthetic_dir, tmp_path, "--max_steps", "3", "--log_every", "3")  # a new run: no checkpoint to continue
-    earlier = list((tmp_path / "run/earlier").iterdir())
+    earlier = list((run_dir / "earlier").iterdir())
     assert len(earlier) == 1 and (earlier[0] / "metrics.jsonl").read_text() == first
-    assert sorted(os.listdir(earlier[0])) == ["metrics.jsonl", "metrics.png", "tensorboard"]
-    assert [r["step"] for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "train"] == [3]
-    assert f"{tmp_path / 'run'} held the records of an earlier run: moved to {earlier[0]}" in capsys.readouterr().out
+    assert sorted(os.listdir(earlier[0])) == ["metrics.jsonl", "metrics.png", "run.json", "tensorboard"]
+    assert train_steps() == [3]
+    assert f"{run_dir} held the records of an earlier run: moved to {earlier[0]}" in capsys.readouterr().out
 
     saving = ["--save_checkpoint_path", str(tmp_path / "ckpt"), "--log_every", "1"]
     _run(synthetic_dir, tmp_path, "--max_steps", "2", *saving)  # new again: the previous records move aside
-    _run(synthetic_dir, tmp_path, "--max_steps", "4", *saving)  # continues its checkpoint: appends
-    assert len(list((tmp_path / "run/earlier").iterdir())) == 2
-    assert [r["step"] for r in read_metrics(str(tmp_path / "run/metrics.jsonl")) if r["kind"] == "train"] == \
-        [1, 2, 3, 4]
+    _run(synthetic_dir, tmp_path, "--max_steps", "4", *saving)  # continues its own checkpoint: appends
+    assert len(list((run_dir / "earlier").iterdir())) == 2 and train_steps() == [1, 2, 3, 4]
+    _run(synthetic_dir, tmp_path, "--evaluate", "--save_checkpoint_path", str(tmp_path / "ckpt"),
+         model_flags=SMALL_DATA)  # an evaluation appends
+    assert len(list((run_dir / "earlier").iterdir())) == 2
+    assert [r["step"] for r in read_metrics(str(run_dir / "metrics.jsonl")) if r["kind"] == "eval"][-1] == 4
+
+    _run(synthetic_dir, tmp_path, "--benchmark", "--benchmark_warmup_steps", "1", "--benchmark_steps", "1",
+         model_flags=SMALL_STEP)
+    assert len(list((run_dir / "earlier").iterdir())) == 3 and train_steps() == []  # the benchmark is a run of its own
+    _run(synthetic_dir, tmp_path, "--max_steps", "5", *saving)  # resumes, but the records there are not its own
+    assert len(list((run_dir / "earlier").iterdir())) == 4 and train_steps() == [5]
+
+
+def test_two_runs_cannot_write_one_run_directory(tmp_path):
+    held = MetricsLog(str(tmp_path), use_tqdm=False, tensorboard=False, stream=io.StringIO(), owner="")
+    with pytest.raises(PathError, match=rf"^run directory {re.escape(str(tmp_path))} is in use by another run "
+                                        rf"\(pid {os.getpid()} on host .*\): two runs must not write one directory; "
+                                        rf"wait for that run to end or use another --run_dir$"):
+        MetricsLog(str(tmp_path), use_tqdm=False, tensorboard=False, stream=io.StringIO(), owner="")
+    assert held.close(plot=False) is None
+    MetricsLog(str(tmp_path), use_tqdm=False, tensorboard=False, stream=io.StringIO()).close(plot=False)

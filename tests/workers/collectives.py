@@ -131,7 +131,8 @@ def check(group) -> None:
         np.testing.assert_allclose(mean.numpy(), np.mean(losses.numpy()), rtol=1e-6)
     check_the_rest(group)
     bits = check_fixed_buffer(group)
-    write_rank_result(group.rank, {"backend": group.backend, "size": group.size, "bits": bits, **check_the_clock(group)})
+    clock = check_the_clock(group)
+    write_rank_result(group.rank, {"backend": group.backend, "size": group.size, "bits": bits, **clock})
 
 
 def stall(group, stopped: int) -> None:

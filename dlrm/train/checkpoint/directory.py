@@ -2,13 +2,9 @@
 reading its meta.json: `dlrm.checkpoint_layout`)."""
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import shutil
 import socket
-import sys
-import time
 from typing import Optional
 
 from dlrm.atomic import describe_os_error, fsync_dir, write_text_atomically
@@ -21,67 +17,17 @@ from dlrm.checkpoint_layout import (  # noqa: F401 (the package's names for them
     read_meta,
     step_dir_name,
 )
+from dlrm.dir_lock import DirLock
 from dlrm.sizes import format_bytes
 
 LOCK = "lock"
 
-_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # the filesystem has no (working) flock
 
-
-class CheckpointDirLock:
-    """An exclusive `flock` on `<root>/lock`: one run at a time writes a checkpoint directory.
-
-    The kernel drops the lock when the holder closes it or dies (even by SIGKILL), so a lock file left
-    behind never blocks a restart; the file names the holder (pid, host, start time) for the message a
-    second run gets. The file is never deleted (deleting it would let two runs lock two different files).
-    """
+class CheckpointDirLock(DirLock):
+    """`<root>/lock`: one run at a time writes a checkpoint directory (`dlrm.dir_lock`)."""
 
     def __init__(self, root: str):
-        self.root = root
-        self.path = os.path.join(root, LOCK)
-        self._fd: Optional[int] = None
-
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
-    def acquire(self) -> Optional[str]:
-        """Take the lock without waiting; None, or why not (another run holds it, no flock there)."""
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            return f"cannot lock {self.root}: {describe_os_error(error)}"
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.ftruncate(fd, 0)
-            started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-            os.pwrite(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {started}\n".encode(), 0)
-        except OSError as error:
-            busy = error.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
-            holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() if busy else ""
-            os.close(fd)
-            if busy:
-                return (f"checkpoint directory {self.root} is in use by another run ({holder or 'holder unknown'}): "
-                        f"two runs must not write one directory; wait for that run to end or use another "
-                        f"--save_checkpoint_path")
-            if error.errno in _NO_LOCKS:  # e.g. a Lustre mount without `flock`: run unlocked, but say so
-                print(f"warning: {self.root} does not support file locks ({describe_os_error(error)}); a second "
-                      f"run on this checkpoint directory would not be detected", file=sys.stderr, flush=True)
-                return None
-            return f"cannot lock {self.path}: {describe_os_error(error)}"
-        self._fd = fd
-        return None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor releases the flock
-            self._fd = None
-
-    def __enter__(self) -> "CheckpointDirLock":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+        super().__init__(root, LOCK, "checkpoint directory", "--save_checkpoint_path")
 
 
 def writable(root: str) -> Optional[str]:
