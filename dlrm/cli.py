@@ -137,7 +137,7 @@ def _refuse_flags_that_do_not_apply(given: dict[str, object], config: Config,
         reason = not_applying(flag, config.model.arch, config.model.model_type, run)
         if reason:
             parser.error(f"argument {flag.name}: {reason}")
-        if flag.needs and FLAGS_BY_NAME[flag.needs].dest not in given:
+        if flag.needs and not given.get(FLAGS_BY_NAME[flag.needs].dest):  # an empty path is none
             parser.error(f"argument {flag.name}: not used without {flag.needs}")
 
 

@@ -8,7 +8,7 @@ Progress goes to a tqdm bar on an interactive terminal and to plain periodic lin
 of batch jobs stay readable), also under a launcher such as mpirun, which forwards a pseudo-terminal.
 Only the primary rank logs: other ranks get a disabled logger, and holds `<run_dir>/run.lock` (one run
 at a time writes a run directory). A training run records whose records the directory holds
-(`run.json`: its checkpoint root). A resumed run appends to its own records (readers keep the last
+(`records.json`: its checkpoint root). A resumed run appends to its own records (readers keep the last
 record per (kind, step)); any other training run first moves the records there to
 `<run_dir>/earlier/<time of the last one>/`: two training runs' records never mix, none is lost.
 Evaluations and the inference benchmark append to the records of the run they read.
@@ -30,7 +30,7 @@ from dlrm.train.eval_result import BayesOptimal, EvalMetrics, progress_text
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "metrics.png"
 TENSORBOARD_DIR = "tensorboard"
-OWNER_FILE = "run.json"
+OWNER_FILE = "records.json"
 LOCK_FILE = "run.lock"
 EARLIER_DIR = "earlier"
 RECORDS = (METRICS_FILE, PLOT_FILE, TENSORBOARD_DIR, OWNER_FILE)  # what one run writes into its run directory
@@ -111,10 +111,17 @@ class MetricsLog:
         if not enabled:
             return
         self.metrics_path = os.path.join(run_dir, METRICS_FILE)
-        moved = None
+        self._lock = DirLock(run_dir, LOCK_FILE, "run directory", "--run_dir")
+        try:
+            self._open(owner, continuing, tensorboard, use_tqdm)
+        except BaseException:
+            self.close(plot=False)  # the lock and any file opened so far
+            raise
+
+    def _open(self, owner: Optional[str], continuing: bool, tensorboard: bool, use_tqdm: Optional[bool]) -> None:
+        run_dir, moved = self.run_dir, None
         try:
             os.makedirs(run_dir, exist_ok=True)
-            self._lock = DirLock(run_dir, LOCK_FILE, "run directory", "--run_dir")
             problem = self._lock.acquire()
             if problem:
                 raise PathError(problem)
@@ -206,14 +213,14 @@ class MetricsLog:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-        if self._writer is not None:
-            self._writer.flush()
-            self._writer.close()
-            self._writer = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
         try:
+            if self._writer is not None:
+                self._writer.flush()
+                self._writer.close()
+                self._writer = None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
             return plot_metrics(self.metrics_path, os.path.join(self.run_dir, PLOT_FILE)) if plot else None
         finally:
             self._lock.release()

@@ -15,9 +15,10 @@ import numpy as np
 import tensorflow as tf
 
 from dlrm import dist
-from dlrm.checkpoint_layout import restore_source
+from dlrm.checkpoint_layout import find_checkpoint, restore_source
 from dlrm.config import Config, TrainConfig
 from dlrm.data.format.errors import MappingTooSmall
+from dlrm.errors import PathError
 from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
 from dlrm.train.benchmark import train_benchmark
@@ -147,7 +148,7 @@ def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> Non
         raise PredictionsPathError(failures[0].message)
 
 
-def records_of(train_cfg: TrainConfig, source: Optional[str]) -> dict:
+def records_of(train_cfg: TrainConfig) -> dict:
     """Whose records a run writes (`MetricsLog`'s owner and continuing): a training run's are its checkpoint
     root's, continued when it resumes from its own checkpoint; the training benchmark's are its own (no
     checkpoint); evaluations add to the records there."""
@@ -156,8 +157,30 @@ def records_of(train_cfg: TrainConfig, source: Optional[str]) -> dict:
     root = train_cfg.save_checkpoint_path
     if train_cfg.benchmark or not root:
         return {"owner": ""}
-    own = source is not None and os.path.dirname(os.path.abspath(source)) == os.path.abspath(root)
-    return {"owner": os.path.abspath(root), "continuing": own}
+    return {"owner": os.path.realpath(root), "continuing": find_checkpoint(root) is not None}
+
+
+class RunDirError(PathError):
+    """Rank 0 cannot take the run directory (another run holds it, or it cannot be written); every rank stops."""
+
+    on_every_rank = True
+
+
+def open_log(config: Config, group: dist.ProcessGroup, source: Optional[str]) -> MetricsLog:
+    """The run's metrics log, written by rank 0 (`records_of`); a run directory rank 0 cannot take stops every
+    rank with its message, none left waiting in a collective."""
+    log, problem = None, None
+    try:
+        log = MetricsLog(config.train.run_dir, enabled=group.rank == 0, **records_of(config.train))
+    except PathError as error:
+        problem = str(error)
+    failures = group.agree(problem, name="run_dir_agree")
+    if failures:
+        if log is not None:
+            log.close(plot=False)
+        raise RunDirError(failures[0].message)
+    assert log is not None
+    return log
 
 
 def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunResult:
@@ -166,7 +189,7 @@ def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunRe
     configure_tensorflow(config.train)
     group = dist.start(config.train.backend)
     source = restore_source(config.train)  # the checkpoint the run starts from or reads, if any
-    log = MetricsLog(config.train.run_dir, enabled=group.rank == 0, **records_of(config.train, source))
+    log = open_log(config, group, source)
     try:
         check_predictions_path(config.train.predictions_path, group)
         dataset_dir = prepare_dataset(config.data, group, log)

@@ -154,3 +154,25 @@ def test_a_rank_stopped_in_steady_training_ends_the_job_within_the_step_deadline
                          r"\(rank dead or stalled\); ending the job$")
     assert lines and all(pattern.match(line) for line in lines), lines
     assert seconds < long_deadline
+
+
+@pytest.mark.multirank
+def test_a_run_directory_in_use_stops_every_rank_at_once_with_one_message():
+    """Only rank 0 takes the run directory; before the ranks agreed on it, rank 1 waited out the 300 s
+    collective deadline after rank 0 refused a directory another run held, then blamed rank 0."""
+    from dlrm.data.synthetic.generator import generate_dataset
+    from dlrm.dir_lock import DirLock
+
+    work = scratch_dir("run_dir_busy_")
+    dataset, run_dir = os.path.join(work, "data"), os.path.join(work, "run")
+    generate_dataset(dataset, CARDINALITIES, 512, 64, seed=4)
+    os.makedirs(run_dir)
+    with DirLock(run_dir, "run.lock", "run directory", "--run_dir") as held:
+        assert held.acquire() is None  # another run, as far as the trainer can tell
+        flags = train_flags(dataset, "adagrad", run_dir, os.path.join(work, "ckpt"), global_batch=16)
+        run = run_ranks(2, ["main.py", *flags, "--max_steps", "1"], backend="mpi", timeout=120)
+    assert run.returncode != 0 and not run.timed_out and run.elapsed < 60, (run.elapsed, run.stderr[-3000:])
+    errors = [text for _, text in rank_lines(run.stdout + run.stderr) if text.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"error: run directory {run_dir} is in use by another run (pid {os.getpid()} on host "), errors
+    assert not os.path.exists(os.path.join(work, "ckpt", "latest"))

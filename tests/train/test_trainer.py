@@ -328,7 +328,7 @@ def test_a_new_run_moves_an_earlier_run_s_records_aside_and_a_resumed_run_append
     _run(synthetic_dir, tmp_path, "--max_steps", "3", "--log_every", "3")  # a new run: no checkpoint to continue
     earlier = list((run_dir / "earlier").iterdir())
     assert len(earlier) == 1 and (earlier[0] / "metrics.jsonl").read_text() == first
-    assert sorted(os.listdir(earlier[0])) == ["metrics.jsonl", "metrics.png", "run.json", "tensorboard"]
+    assert sorted(os.listdir(earlier[0])) == ["metrics.jsonl", "metrics.png", "records.json", "tensorboard"]
     assert train_steps() == [3]
     assert f"{run_dir} held the records of an earlier run: moved to {earlier[0]}" in capsys.readouterr().out
 
