@@ -166,7 +166,7 @@ class RunDirError(PathError):
     on_every_rank = True
 
 
-def open_log(config: Config, group: dist.ProcessGroup, source: Optional[str]) -> MetricsLog:
+def open_log(config: Config, group: dist.ProcessGroup) -> MetricsLog:
     """The run's metrics log, written by rank 0 (`records_of`); a run directory rank 0 cannot take stops every
     rank with its message, none left waiting in a collective."""
     log, problem = None, None
@@ -188,14 +188,14 @@ def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunRe
     (NonFiniteLossError, CheckpointError, DataError, Interrupted, PeerRankFailed, ...) on failure."""
     configure_tensorflow(config.train)
     group = dist.start(config.train.backend)
-    source = restore_source(config.train)  # the checkpoint the run starts from or reads, if any
-    log = open_log(config, group, source)
+    log = open_log(config, group)
     try:
         check_predictions_path(config.train.predictions_path, group)
         dataset_dir = prepare_dataset(config.data, group, log)
         check_data(config, dataset_dir, group, log)
+        reads_a_checkpoint = config.train.mode != "train" and restore_source(config.train) is not None
         parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train",
-                            restored=config.train.mode != "train" and source is not None)
+                            restored=reads_a_checkpoint)
         bayes = BayesOptimal.of(parts.spec.metadata) if not config.data.dataset_dir else BayesOptimal()
         log_features(parts, dataset_dir, log)
         result = _run_mode(parts, log, bayes, after_training)
