@@ -100,10 +100,14 @@ class TrainingRun(submitit.helpers.Checkpointable):
 def job_command(job_dir: str, flags: Sequence[str]) -> List[str]:
     """The command every rank of a job in `job_dir` runs for these trainer flags: the launcher scripts' own
     (`slurm/common.sh`, `dlrm_job_command`), which adds the run and checkpoint directories."""
-    script = 'source "$DLRM_ROOT/slurm/common.sh"; dlrm_job_command "$@"; printf "%s\\0" "${DLRM_CMD[@]}"'
+    script = ('source "$DLRM_ROOT/slurm/common.sh" || exit; dlrm_job_command "$@" || exit; '
+              'printf "%s\\0" "${DLRM_CMD[@]}"')
     env = {**os.environ, "DLRM_ROOT": PROJECT_ROOT, "DLRM_JOB_DIR": job_dir, "DLRM_PYTHON": sys.executable}
-    done = subprocess.run(["bash", "-c", script, "bash", *flags], env=env, capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(["bash", "-c", script, "bash", *flags], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()
+        raise ValueError(f"slurm/common.sh in {PROJECT_ROOT} did not give the job's command (exit "
+                         f"{done.returncode}): {said[-1] if said else 'no message'}")
     return done.stdout.split("\0")[:-1]
 
 
@@ -112,11 +116,12 @@ def _trainer_config(job_dir: str, flags: Sequence[str]) -> dict:
     from dlrm.cli import parse_config
     from dlrm.errors import UsageError
 
+    trainer_flags = job_command(job_dir, flags)[2:]
     try:
-        return parse_config(job_command(job_dir, flags)[2:]).to_dict()
+        return parse_config(trainer_flags).to_dict()
     except UsageError as error:
         message = str(error).strip().splitlines()[-1]
-        raise ValueError(f"trainer flags rejected by main.py's parser: {' '.join(flags)}: {message}") from None
+        raise ValueError(f"trainer flags rejected by main.py's parser: {' '.join(trainer_flags)}: {message}") from None
 
 
 def make_executor(options: ExecutorOptions, folder: str, nodes: int, tasks_per_node: int, name: str):

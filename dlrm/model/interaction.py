@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+SCOPE, GRADIENT_SCOPE = "dot_interaction", "dot_interaction_gradient"  # op names step profiles group by
+
 
 def dot_interaction_output_dim(num_tables: int, dim: int, with_bottom: bool = True) -> int:
     """Width of the interaction output; `with_bottom=False`: no bottom MLP (no numerical features)."""
@@ -83,14 +85,16 @@ def _gram_gradient_rows(d_pairs: tf.Tensor, features: tf.Tensor, rows: slice) ->
 @tf.custom_gradient
 def dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
     """bottom [B, D], embedded [B, T, D] -> [B, D + (T+1)T/2] (same dtype as the inputs)."""
-    features = _features(bottom, embedded)
-    dim = int(bottom.shape[1])
-    output = tf.concat([bottom, _lower_triangle(features)], axis=1)
+    with tf.name_scope(SCOPE):
+        features = _features(bottom, embedded)
+        dim = int(bottom.shape[1])
+        output = tf.concat([bottom, _lower_triangle(features)], axis=1)
 
     def gradient(d_output):
-        d_pairs = d_output[:, dim:]
-        d_bottom = d_output[:, :dim] + tf.reshape(_gram_gradient_rows(d_pairs, features, slice(0, 1)), [-1, dim])
-        return d_bottom, _gram_gradient_rows(d_pairs, features, slice(1, None))
+        with tf.name_scope(GRADIENT_SCOPE):
+            d_pairs = d_output[:, dim:]
+            d_bottom = d_output[:, :dim] + tf.reshape(_gram_gradient_rows(d_pairs, features, slice(0, 1)), [-1, dim])
+            return d_bottom, _gram_gradient_rows(d_pairs, features, slice(1, None))
 
     return output, gradient
 
@@ -100,6 +104,8 @@ def dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
 def embedding_dot_interaction(embedded: tf.Tensor) -> tf.Tensor:
     """embedded [B, T, D] -> [B, T(T-1)/2]: the pairwise dot products of the embeddings alone."""
     def gradient(d_output):
-        return _gram_gradient_rows(d_output, embedded, slice(None))
+        with tf.name_scope(GRADIENT_SCOPE):
+            return _gram_gradient_rows(d_output, embedded, slice(None))
 
-    return _lower_triangle(embedded), gradient
+    with tf.name_scope(SCOPE):
+        return _lower_triangle(embedded), gradient

@@ -81,6 +81,15 @@ def test_spec_grid_expands_to_trainer_flags_the_trainer_accepts(tmp_path):
     assert config.data.synthetic_dir == str(tmp_path / "p" / "data")
 
 
+def test_a_checkout_without_the_launcher_scripts_gets_one_message(tmp_path, monkeypatch):
+    import dlrm.launch.submit as submit
+
+    monkeypatch.setattr(submit, "PROJECT_ROOT", str(tmp_path / "checkout"))  # no slurm/common.sh there
+    with pytest.raises(ValueError, match=r"slurm/common.sh in .*checkout did not give the job's command \(exit 1\): "
+                                         r".*common.sh: No such file"):
+        job_command(str(tmp_path / "p"), ["--max_steps", "2"])
+
+
 @pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("sweep_*.yaml")))
 def test_example_specs_give_valid_trainer_flags(example, tmp_path):
     from dlrm.cli import parse_config

@@ -6,7 +6,9 @@ piece. The stages, one module each:
 
 - `layout`:            the checked sizes; each table's kind (``replicated``, ``row_sliced``, ``column_sliced``,
                        ``table_wise``) and its cut into pieces (`dlrm.embedding.pieces.TablePiece`);
-- `strategies`:        which rank holds each piece (``basic`` round robin, ``memory_balanced`` by default);
+- `strategies`:        which rank holds each piece (``basic`` round robin, ``memory_balanced`` by default),
+                       building an `assignment.Assignment`;
+- `lookup_balance`:    ``memory_balanced``'s last step: whole pieces moved to even out the lookup load;
 - `budget`:            `plan_embeddings`, and the smallest per-rank budget that works when the tables do not fit;
 - `plan`:              the result (`Plan`: placements with owned pieces, rank loads) and its JSON form;
 - `exchange_estimate`: the all-to-all bytes per rank and step of a plan at a global batch (`exchange_bytes`;

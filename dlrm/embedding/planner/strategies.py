@@ -7,8 +7,9 @@
   too, largest first, as few as keep every rank within BALANCE_TOLERANCE of the even share: the peak
   per-rank memory decides whether a model fits, and every row slice costs exchange traffic (each of its
   owners receives all ids of the table). The lookup term spreads the many tiny tables so that no rank
-  receives most of the all-to-all traffic. `basic` can overflow a rank (or leave it idle) whenever
-  table sizes differ by orders of magnitude, as Criteo's do.
+  receives most of the all-to-all traffic. Last, whole pieces move between ranks to even out the
+  lookup load within the memory tolerance (`lookup_balance`). `basic` can overflow a rank (or leave it
+  idle) whenever table sizes differ by orders of magnitude, as Criteo's do.
 
 Replicated tables are on every rank whatever the strategy.
 """
@@ -21,81 +22,13 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 from dlrm.choices import named_choice
 from dlrm.config import ShardingConfig
 from dlrm.embedding.pieces import TablePiece
+from dlrm.embedding.planner.assignment import Assignment
 from dlrm.embedding.planner.layout import TableLayout, TableSizes, lay_out
-from dlrm.embedding.planner.plan import OwnedPiece, Plan, PlanError, RankLoad, TablePlacement
+from dlrm.embedding.planner.lookup_balance import even_out_lookups
+from dlrm.embedding.planner.plan import Plan, PlanError, RankLoad
 from dlrm.sizes import format_bytes
 
 BALANCE_TOLERANCE = 0.05  # memory_balanced: the fullest rank holds at most 5% over the even share
-
-
-class Assignment:
-    """A plan being built: every rank's load and every table's owned pieces so far (replicas from the start)."""
-
-    def __init__(self, tables: TableSizes, layouts: Sequence[TableLayout], budget: Optional[int]):
-        self.tables = tables
-        self.budget = budget
-        self.ranks = [RankLoad(rank=r) for r in range(tables.world_size)]
-        self.placements = [_empty_placement(tables, layout) for layout in layouts]
-        for layout in layouts:
-            if layout.kind == "replicated":
-                self.replicate(layout.table)
-
-    def give(self, piece: TablePiece, load: RankLoad) -> None:
-        load.memory_bytes += self.tables.piece_bytes(piece)
-        load.lookup_load += self.tables.piece_lookups(piece)
-        load.tables.append(piece.table)
-        self.placements[piece.table].pieces.append(OwnedPiece(load.rank, piece))
-
-    def replicate(self, table: int) -> None:
-        """A full copy on every rank, looked up locally: each rank fetches for its 1/N of the batch."""
-        tables = self.tables
-        for load in self.ranks:
-            self.placements[table].pieces.append(OwnedPiece(load.rank, tables.whole(table)))
-            load.memory_bytes += tables.table_bytes(table)
-            load.lookup_load += tables.hotness(table) * tables.dim(table) / tables.world_size
-            load.tables.append(table)
-
-    def eligible(self, piece: TablePiece) -> List[RankLoad]:
-        """Ranks holding no other piece of the table, with room for this one."""
-        size = self.tables.piece_bytes(piece)
-        return [load for load in self.ranks if piece.table not in load.tables
-                and (self.budget is None or load.memory_bytes + size <= self.budget)]
-
-    def no_room(self, piece: TablePiece) -> PlanError:
-        budget, tables = self.budget, self.tables
-        assert budget is not None  # without a budget every piece finds a rank
-        t, size = piece.table, tables.piece_bytes(piece)
-        free = max((budget - load.memory_bytes for load in self.ranks if t not in load.tables), default=0)
-        return PlanError(
-            f"{tables.title(t)}): a piece of {format_bytes(size)} fits on "
-            f"no rank; the emptiest eligible rank has {format_bytes(free)} free of "
-            f"{format_bytes(budget)}, short by {format_bytes(size - free)} (the whole model needs "
-            f"{format_bytes(tables.total_bytes())}, the cluster has {format_bytes(budget * tables.world_size)})",
-            table=t)
-
-    def peak_over_mean(self) -> float:
-        memory = [load.memory_bytes for load in self.ranks]
-        mean = sum(memory) / len(memory)
-        return max(memory) / mean if mean else 1.0
-
-    def plan(self, strategy: str) -> Plan:
-        """The finished plan: pieces in row, column, rank order; each rank's tables sorted; a row-sliced
-        table that ended up whole on one rank is table-wise (nothing to mask in the exchange)."""
-        for placement in self.placements:
-            placement.pieces.sort(key=lambda owned: (owned.piece.row_start, owned.piece.col_start, owned.rank))
-            if placement.kind == "row_sliced" and len(placement.pieces) == 1:
-                placement.kind = "table_wise"
-        for load in self.ranks:
-            load.tables.sort()
-        return Plan(world_size=self.tables.world_size, strategy=strategy,
-                    bytes_per_element=self.tables.bytes_per_element, optimizer_slots=self.tables.optimizer_slots,
-                    tables=self.placements, ranks=self.ranks)
-
-
-def _empty_placement(tables: TableSizes, layout: TableLayout) -> TablePlacement:
-    config = tables.configs[layout.table]
-    return TablePlacement(table=layout.table, name=config.name, rows=config.rows, dim=config.dim, kind=layout.kind,
-                          pieces=[], hotness=config.hotness, combiner=config.combiner)
 
 
 def _sharded_slices(layouts: Sequence[TableLayout]) -> List[TablePiece]:
@@ -132,13 +65,21 @@ def place_memory_balanced(tables: TableSizes, layouts: Sequence[TableLayout], bu
             error = failed
             continue
         if assignment.peak_over_mean() <= 1 + BALANCE_TOLERANCE:
-            return assignment
+            return _lookups_evened(assignment)
         if best is None or assignment.peak_over_mean() < best.peak_over_mean():
             best = assignment
     if best is None:
         assert error is not None  # every choice failed, so one raised
         raise error
-    return best
+    return _lookups_evened(best)
+
+
+def _lookups_evened(assignment: Assignment) -> Assignment:
+    """`assignment` with whole pieces moved to even out the lookup load; no rank's memory goes over
+    BALANCE_TOLERANCE above the mean (or over the fullest rank's, when that is higher) nor the budget."""
+    memory = [load.memory_bytes for load in assignment.ranks]
+    ceiling = max(max(memory), (1 + BALANCE_TOLERANCE) * sum(memory) / len(memory))
+    return even_out_lookups(assignment, ceiling if assignment.budget is None else min(ceiling, assignment.budget))
 
 
 def _row_slicing_choices(tables: TableSizes, layouts: Sequence[TableLayout]) -> Iterator[List[TableLayout]]:

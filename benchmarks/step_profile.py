@@ -1,0 +1,234 @@
+"""Where the training step's time goes: the trainer's real step under TensorFlow's profiler, op time summed
+by class, next to what each class would take at the machine's measured GEMM rate or memory bandwidth.
+
+The step is `benchmarks.train_throughput`'s "ours" (reference dims, batch 8192, t15-shaped tables capped at
+--max_rows, 2 intra-op threads, one inter-op thread: ops run one after another, each on both cores), in fp32
+and with --amp. After --warmup steps, --steps steps are recorded; every op the executor ran is put in one
+class by its name and type:
+
+- mlp_gemm:     the MLPs' matrix products, forward and backward (MatMul and its fused forms);
+- interaction:  every op under the dot interaction's name scope, forward and backward;
+- embedding:    the lookups (gathers, the bags' segment sums, stacking the tables' outputs) and their
+                sparse gradients and updates;
+- dense_update: the optimizer's update of the dense weights;
+- elementwise:  bias, ReLU and their gradients, casts, the loss, everything else;
+- xla_compiled: runs of functions compiled by XLA (SGD's row updates; with --xla, the dense part too),
+                which the trace shows as one event each, without their ops.
+
+The rest of the step's wall time (between ops and around the step call) is `outside ops`.
+
+Ideals, from figures measured in the same process just before: a GEMM class at the GEMM rate of its precision
+([batch, 1024] x [1024, 1024], as the train_throughput ceiling) over its FLOPs; the embedding over the bytes
+it must move (each looked-up row read and written once forward; the gradient rows read and the table rows
+read and written once by the update) at the memory bandwidth of a large copy. The ideal is a lower bound:
+the work at the best rate this machine showed, with nothing else in between.
+
+    .venv/bin/python -m benchmarks.step_profile      # ~3 minutes
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import tempfile
+import time
+from collections import defaultdict
+from typing import Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+from benchmarks import machine
+from benchmarks.train_throughput import GEMM_SHAPE, begin_run, make_batches, ours, reference_config, report_head
+from dlrm.config import Config
+from dlrm.data.synthetic.criteo import NUM_NUMERICAL, preset_cardinalities
+from dlrm.embedding.local import LocalEmbedding
+from dlrm.features import one_hot_tables
+
+CLASSES = ("mlp_gemm", "interaction", "embedding", "dense_update", "elementwise", "xla_compiled")
+# An asynchronous kernel's run: in this one-process step, the only one is the XLA-compiled function, whose
+# ops the trace does not record.
+XLA_RUN = "ExecutorState::ProcessAsync::Start"
+GEMM_TYPES = ("MatMul", "_MklMatMul", "_FusedMatMul", "_MklFusedMatMul", "_MklNativeFusedMatMul",
+              "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMulV2")
+EMBEDDING_TYPES = ("ResourceGather", "GatherV2", "ResourceScatterAdd", "ResourceScatterSub",
+                   "ResourceScatterUpdate", "UnsortedSegmentSum", "SparseSegmentSum", "SparseSegmentMean",
+                   "ResourceSparseApplyAdagrad", "ResourceSparseApplyAdagradV2", "ResourceSparseApplyFtrl")
+DENSE_UPDATE_TYPES = ("ResourceApplyGradientDescent", "ResourceApplyAdagradV2", "ResourceApplyAdam",
+                      "ResourceApplyRMSProp", "ResourceApplyFtrl", "AssignSubVariableOp", "AssignAddVariableOp")
+
+
+def op_class(name: str, op_type: str) -> str:
+    """The class of one executed op, from its full name ("scope/.../op") and its type."""
+    lowered = name.lower()
+    if "interaction" in lowered:
+        return "interaction"
+    if op_type in GEMM_TYPES:
+        return "mlp_gemm"
+    if "embedding" in lowered or op_type in EMBEDDING_TYPES:
+        return "embedding"
+    if op_type in DENSE_UPDATE_TYPES:
+        return "dense_update"
+    return "elementwise"
+
+
+def op_seconds(logdir: str) -> Dict[str, Dict[str, float]]:
+    """Seconds per (class, op type) of every op the executor ran in the profile written under `logdir`."""
+    paths = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))
+    if not paths:
+        raise RuntimeError(f"the profiler wrote no trace under {logdir}")
+    space = xplane_pb2.XSpace()
+    with open(paths[-1], "rb") as f:
+        space.ParseFromString(f.read())
+    spent: Dict[str, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for plane in space.planes:
+        if plane.name != "/host:CPU":
+            continue
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                metadata = plane.event_metadata[event.metadata_id]
+                if metadata.name == XLA_RUN:
+                    spent["xla_compiled"]["XLA run"] += event.duration_ps * 1e-12
+                    continue
+                if ":" not in metadata.name or not metadata.display_name:
+                    continue  # executor bookkeeping, not an op
+                op_type = metadata.display_name
+                spent[op_class(metadata.name, op_type)][op_type] += event.duration_ps * 1e-12
+    return spent
+
+
+def gemm_flops_per_second(dtype: tf.DType, batch: int, seconds: float = 3.0) -> float:
+    """FLOP/s of a [batch, 1024] x [1024, 1024] product, best of repeated calls over `seconds`."""
+    a = tf.cast(tf.random.stateless_normal([batch, GEMM_SHAPE[0]], seed=[1, 2]), dtype)
+    b = tf.cast(tf.random.stateless_normal(GEMM_SHAPE, seed=[3, 4]), dtype)
+    product = tf.function(lambda: tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32)))
+    float(product())
+    return 2.0 * batch * GEMM_SHAPE[0] * GEMM_SHAPE[1] / _best_seconds(lambda: float(product()), seconds)
+
+
+def memory_bytes_per_second(megabytes: int = 512, seconds: float = 3.0) -> float:
+    """Bytes moved per second (read + written) by a large array copy, best of repeated copies."""
+    source = np.ones(megabytes * 2**20 // 4, np.float32)
+    target = np.empty_like(source)
+    return 2.0 * source.nbytes / _best_seconds(lambda: np.copyto(target, source), seconds)
+
+
+def _best_seconds(call, seconds: float) -> float:
+    best, until = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def mlp_flops(config: Config, batch: int) -> float:
+    """Forward + backward FLOPs of both MLPs (3 GEMMs of 2 x in x out per row and layer)."""
+    model = config.model
+    bottom = [NUM_NUMERICAL, *model.bottom_mlp]
+    tables = len(preset_cardinalities("t15"))
+    vectors = tables + 1
+    top_in = model.embedding_dim + vectors * (vectors - 1) // 2
+    top = [top_in, *model.top_mlp]
+    pairs = list(zip(bottom, bottom[1:])) + list(zip(top, top[1:]))
+    return 3 * 2.0 * batch * sum(i * o for i, o in pairs)
+
+
+def interaction_flops(config: Config, batch: int) -> float:
+    """Forward + backward FLOPs of the batched dot products (27 vectors of dim 128 per row)."""
+    vectors = len(preset_cardinalities("t15")) + 1
+    return 3 * 2.0 * batch * vectors * vectors * config.model.embedding_dim
+
+
+def embedding_bytes(config: Config, batch: int, element_bytes: int = 4) -> float:
+    """Bytes the lookups and the sparse update must move: every looked-up row read and its copy written
+    (forward); the gradient rows read and the table rows read and written (update)."""
+    rows = batch * len(preset_cardinalities("t15"))
+    row_bytes = config.model.embedding_dim * element_bytes
+    return rows * row_bytes * (2 + 3)
+
+
+def profile(candidate, steps: int, warmup: int) -> tuple[Dict[str, Dict[str, float]], float]:
+    """(seconds per class and op type over `steps` steps, the steps' wall seconds) of one candidate."""
+    candidate.run(warmup)
+    logdir = tempfile.mkdtemp(prefix="step_profile_")
+    tf.profiler.experimental.start(logdir)
+    start = time.perf_counter()
+    candidate.run(steps)
+    wall = time.perf_counter() - start
+    tf.profiler.experimental.stop()
+    return op_seconds(logdir), wall
+
+
+def main(argv: Optional[List[str]] = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch_size", type=int, default=8192)
+    parser.add_argument("--max_rows", type=int, default=200_000, help="cap on rows per t15-shaped table")
+    parser.add_argument("--steps", type=int, default=10, help="steps recorded per variant")
+    parser.add_argument("--warmup", type=int, default=3, help="steps run before recording")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument("--output", default=os.path.join(machine.RESULTS, "step_profile.json"))
+    args = parser.parse_args(argv)
+    command, started, load_before = begin_run("benchmarks.step_profile", argv, args.threads)
+    config = reference_config(0.01)
+    table_sizes = [min(n, args.max_rows) for n in preset_cardinalities("t15")]
+    batches = make_batches(table_sizes, args.batch_size, count=4)
+    embeddings = LocalEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), seed=0)
+    rates = {"gemm_fp32": gemm_flops_per_second(tf.float32, args.batch_size),
+             "gemm_bf16": gemm_flops_per_second(tf.bfloat16, args.batch_size),
+             "memory": memory_bytes_per_second()}
+    work = {"mlp_gemm": mlp_flops(config, args.batch_size), "interaction": interaction_flops(config, args.batch_size),
+            "embedding": embedding_bytes(config, args.batch_size)}
+    variants = {}
+    for amp in (False, True):
+        name = "amp" if amp else "fp32"
+        spent, wall = profile(ours(config, embeddings, batches, amp=amp, xla=False), args.steps, args.warmup)
+        gemm_rate = rates["gemm_bf16" if amp else "gemm_fp32"]
+        ideal = {"mlp_gemm": work["mlp_gemm"] / gemm_rate, "interaction": work["interaction"] / gemm_rate,
+                 "embedding": work["embedding"] / rates["memory"]}
+        per_step = {c: sum(spent.get(c, {}).values()) / args.steps for c in CLASSES}
+        variants[name] = {
+            "step_seconds": wall / args.steps,
+            "class_seconds": per_step,
+            "outside_ops_seconds": wall / args.steps - sum(per_step.values()),
+            "ideal_seconds": ideal,
+            "top_op_types": {c: dict(sorted(((t, s / args.steps) for t, s in spent.get(c, {}).items()),
+                                            key=lambda item: -item[1])[:4]) for c in CLASSES},
+        }
+        print(f"{name}: {wall / args.steps:.3f} s per step", flush=True)
+    result = {**report_head("step_profile", started, command, load_before, argparse.Namespace(
+        batch_size=args.batch_size, max_rows=args.max_rows, window_seconds=0.0, rounds=1, threads=args.threads),
+        steps=args.steps, warmup=args.warmup, inter_op_threads=1),
+        "rates": rates, "work": work, "variants": variants}
+    machine.write_report(args.output, result, markdown(result, machine.machine_facts()), indent=2)
+    return result
+
+
+def markdown(result: dict, facts: dict) -> List[str]:
+    """Per variant: each class's seconds per step, its share, its ideal and the ratio ideal / measured."""
+    rates = result["rates"]
+    lines = [f"Where the training step's time goes, DLRM reference dims, batch {result['settings']['batch_size']}, "
+             f"{machine.run_facts(result['date_utc'], facts)}, TensorFlow {result['machine']['tensorflow']}, "
+             f"{result['settings']['intra_op_threads']} intra-op threads, {result['settings']['steps']} steps "
+             f"recorded. Measured rates: GEMM fp32 {rates['gemm_fp32'] / 1e9:.0f} GFLOP/s, bf16 "
+             f"{rates['gemm_bf16'] / 1e9:.0f} GFLOP/s, memory copy {rates['memory'] / 1e9:.1f} GB/s.", "",
+             "| variant | class | ms per step | share | ideal ms | ideal / measured | top op types (ms) |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for name, variant in result["variants"].items():
+        step = variant["step_seconds"]
+        rows = [(c, variant["class_seconds"][c]) for c in CLASSES] + [("outside ops", variant["outside_ops_seconds"])]
+        for cls, seconds in rows:
+            ideal = variant["ideal_seconds"].get(cls)
+            tops = ", ".join(f"{t} {s * 1e3:.1f}" for t, s in variant["top_op_types"].get(cls, {}).items())
+            lines.append(f"| {name} | {cls} | {seconds * 1e3:.1f} | {seconds / step:.0%} | "
+                         + (f"{ideal * 1e3:.1f} | {ideal / seconds:.2f}" if ideal and seconds > 0 else "— | —")
+                         + f" | {tops} |")
+        lines.append(f"| {name} | **step** | **{step * 1e3:.1f}** | 100% | | | |")
+    return lines + ["", f"Command: `{result['command']}`"]
+
+
+if __name__ == "__main__":
+    main()
