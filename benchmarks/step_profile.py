@@ -11,9 +11,7 @@ class by its name and type:
 - embedding:    the lookups (gathers, the bags' segment sums, stacking the tables' outputs) and their
                 sparse gradients and updates;
 - dense_update: the optimizer's update of the dense weights;
-- elementwise:  bias, ReLU and their gradients, casts, the loss, everything else;
-- xla_compiled: runs of functions compiled by XLA (SGD's row updates; with --xla, the dense part too),
-                which the trace shows as one event each, without their ops.
+- elementwise:  bias, ReLU and their gradients, casts, the loss, everything else.
 
 The rest of the step's wall time (between ops and around the step call) is `outside ops`.
 
@@ -23,7 +21,7 @@ it must move (each looked-up row read and written once forward; the gradient row
 read and written once by the update) at the memory bandwidth of a large copy. The ideal is a lower bound:
 the work at the best rate this machine showed, with nothing else in between.
 
-    .venv/bin/python -m benchmarks.step_profile      # ~3 minutes
+    .venv/bin/python -m benchmarks.step_profile      # ~2 minutes
 """
 from __future__ import annotations
 
@@ -45,11 +43,9 @@ from dlrm.config import Config
 from dlrm.data.synthetic.criteo import NUM_NUMERICAL, preset_cardinalities
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import one_hot_tables
+from dlrm.model.interaction import NAME_SCOPE as INTERACTION_SCOPE
 
-CLASSES = ("mlp_gemm", "interaction", "embedding", "dense_update", "elementwise", "xla_compiled")
-# An asynchronous kernel's run: in this one-process step, the only one is the XLA-compiled function, whose
-# ops the trace does not record.
-XLA_RUN = "ExecutorState::ProcessAsync::Start"
+CLASSES = ("mlp_gemm", "interaction", "embedding", "dense_update", "elementwise")
 GEMM_TYPES = ("MatMul", "_MklMatMul", "_FusedMatMul", "_MklFusedMatMul", "_MklNativeFusedMatMul",
               "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMulV2")
 EMBEDDING_TYPES = ("ResourceGather", "GatherV2", "ResourceScatterAdd", "ResourceScatterSub",
@@ -61,14 +57,14 @@ DENSE_UPDATE_TYPES = ("ResourceApplyGradientDescent", "ResourceApplyAdagradV2", 
 
 def op_class(name: str, op_type: str) -> str:
     """The class of one executed op, from its full name ("scope/.../op") and its type."""
-    lowered = name.lower()
-    if "interaction" in lowered:
+    scopes = name.split(":")[0].split("/")
+    if any(scope.startswith(INTERACTION_SCOPE) for scope in scopes):  # the forward and the gradient scope
         return "interaction"
     if op_type in GEMM_TYPES:
         return "mlp_gemm"
-    if "embedding" in lowered or op_type in EMBEDDING_TYPES:
+    if "embedding" in name.lower() or op_type in EMBEDDING_TYPES:  # the layer's and the update's scopes
         return "embedding"
-    if op_type in DENSE_UPDATE_TYPES:
+    if "dense_update" in scopes or op_type in DENSE_UPDATE_TYPES:
         return "dense_update"
     return "elementwise"
 
@@ -90,9 +86,6 @@ def op_seconds(logdir: str) -> Dict[str, Dict[str, float]]:
                 continue
             for event in line.events:
                 metadata = plane.event_metadata[event.metadata_id]
-                if metadata.name == XLA_RUN:
-                    spent["xla_compiled"]["XLA run"] += event.duration_ps * 1e-12
-                    continue
                 if ":" not in metadata.name or not metadata.display_name:
                     continue  # executor bookkeeping, not an op
                 op_type = metadata.display_name

@@ -5,10 +5,6 @@ separate `tf-keras` package (`import tf_keras`), which the models, the sparse op
 counterparts and the tests are written against. The package imports `keras` from here instead of using
 `tf.keras`, so it gets Keras 2 whatever `TF_USE_LEGACY_KERAS` was when TensorFlow was first imported
 (`dlrm/__init__.py` sets that variable, for code outside the package that uses `tf.keras`).
-
-The other difference: TensorFlow 2.21's CPU scatter-subtract kernel is several times slower than 2.15's
-(`benchmarks/results/step_profile*.md`), so SGD's sparse update runs compiled by XLA there
-(`COMPILED_SPARSE_SGD`); on 2.15 the kernel itself is faster than the compiled update. Both give the same bits.
 """
 from __future__ import annotations
 
@@ -23,8 +19,6 @@ def tensorflow_version(version: str = tf.__version__) -> tuple:
     return int(major), int(minor)
 
 
-COMPILED_SPARSE_SGD = tensorflow_version() >= FIRST_KERAS3_TENSORFLOW
-
 if tensorflow_version() < FIRST_KERAS3_TENSORFLOW:
     from tensorflow import keras
 else:
@@ -34,4 +28,4 @@ else:
         raise ImportError(f"TensorFlow {tf.__version__} bundles Keras 3; this project needs Keras 2: "
                           f"pip install 'tf-keras=={'.'.join(map(str, tensorflow_version()))}.*'") from None
 
-__all__ = ["COMPILED_SPARSE_SGD", "keras", "tensorflow_version"]
+__all__ = ["keras", "tensorflow_version"]

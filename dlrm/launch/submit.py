@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -121,7 +122,8 @@ def _trainer_config(job_dir: str, flags: Sequence[str]) -> dict:
         return parse_config(trainer_flags).to_dict()
     except UsageError as error:
         message = str(error).strip().splitlines()[-1]
-        raise ValueError(f"trainer flags rejected by main.py's parser: {' '.join(trainer_flags)}: {message}") from None
+        command = shlex.join(trainer_flags)
+        raise ValueError(f"trainer flags rejected by main.py's parser: {command}: {message}") from None
 
 
 def make_executor(options: ExecutorOptions, folder: str, nodes: int, tasks_per_node: int, name: str):

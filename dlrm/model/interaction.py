@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-SCOPE, GRADIENT_SCOPE = "dot_interaction", "dot_interaction_gradient"  # op names step profiles group by
+NAME_SCOPE = "dot_interaction"  # of its ops, forward and (with "_gradient") backward: what step profiles group by
+GRADIENT_SCOPE = NAME_SCOPE + "_gradient"
 
 
 def dot_interaction_output_dim(num_tables: int, dim: int, with_bottom: bool = True) -> int:
@@ -85,7 +86,7 @@ def _gram_gradient_rows(d_pairs: tf.Tensor, features: tf.Tensor, rows: slice) ->
 @tf.custom_gradient
 def dot_interaction(bottom: tf.Tensor, embedded: tf.Tensor) -> tf.Tensor:
     """bottom [B, D], embedded [B, T, D] -> [B, D + (T+1)T/2] (same dtype as the inputs)."""
-    with tf.name_scope(SCOPE):
+    with tf.name_scope(NAME_SCOPE):
         features = _features(bottom, embedded)
         dim = int(bottom.shape[1])
         output = tf.concat([bottom, _lower_triangle(features)], axis=1)
@@ -107,5 +108,5 @@ def embedding_dot_interaction(embedded: tf.Tensor) -> tf.Tensor:
         with tf.name_scope(GRADIENT_SCOPE):
             return _gram_gradient_rows(d_output, embedded, slice(None))
 
-    with tf.name_scope(SCOPE):
+    with tf.name_scope(NAME_SCOPE):
         return _lower_triangle(embedded), gradient

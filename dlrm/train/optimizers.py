@@ -2,17 +2,13 @@
 
 A `tf.IndexedSlices` gradient (what `tf.gather` on a table produces) updates only the rows it
 touches, in the variable AND in its slots ("lazy" Adagrad/Adam): untouched rows keep their values
-and their moments bit for bit. For Adagrad, Adam, RMSProp and FTRL, duplicate ids in a batch are
-summed first, so a row seen k times gets one update with the sum of its k gradients (the gradient of
-the loss), not k separate ones; the new rows are then computed from the gathered old ones and
-assigned (`_assign_rows`, a copy per row: TensorFlow's scatter-subtract kernel is several times
-slower in 2.21 than in 2.15, its row assignment is not; `benchmarks/results/step_profile*.md`).
-SGD's update is linear in the gradient, so it subtracts the k rows one after the other, in batch
-order (as Keras' legacy SGD does): the same update up to float rounding, without the unique +
-segment-sum pass; on TensorFlow 2.21 as one XLA-compiled function for all tables
-(`subtract_rows_in_turn`, `dlrm.keras2.COMPILED_SPARSE_SGD`), whose scatter loop gives the same bits as
-TensorFlow's kernel. Every scatter is serial, hence deterministic (the trainer enables TensorFlow's op
-determinism). Dense tensors (MLP weights) get the ordinary dense update.
+and their moments bit for bit. For Adagrad and Adam, duplicate ids in a batch are summed first, so a
+row seen k times gets one update with the sum of its k gradients (the gradient of the loss), not k
+separate ones. SGD's update is linear in the gradient, so it subtracts the k rows one after the
+other, in batch order (as Keras' legacy SGD does): the same update up to float rounding, without
+the unique + segment-sum pass (~15 ms of a 750 ms reference step on 2 cores). The scatter is
+serial, hence deterministic, under TensorFlow's op determinism, which the trainer enables.
+Dense tensors (MLP weights) get the ordinary dense update.
 
 Why not Keras optimizers: the new (Keras >= 2.11) optimizers update embedding tables densely, and
 the legacy ones do not give sparse *lazy* Adam or a by-name view of the slots for sharded
@@ -28,14 +24,13 @@ part, RMSProp or Adagrad for the deep part) behind the same interface as one opt
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from dlrm.choices import named_choice
 from dlrm.config import OptimizerConfig
 from dlrm.embedding.optimizer_slots import SLOT_NAMES
-from dlrm.keras2 import COMPILED_SPARSE_SGD
 from dlrm.model.precision import needs_loss_scaling
 from dlrm.train.schedule import GroupSchedule, Schedule
 
@@ -45,43 +40,6 @@ def sum_duplicate_rows(grad: tf.IndexedSlices) -> Tuple[tf.Tensor, tf.Tensor]:
     rows, positions = tf.unique(grad.indices)
     summed = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(rows)[0])
     return rows, summed
-
-
-def subtract_rows_in_turn(variables: Sequence[tf.Variable], rows: Sequence[tf.Tensor], updates: Sequence[tf.Tensor],
-                          compiled: bool) -> None:
-    """variables[t][rows[t][i]] -= updates[t][i] for every table t and every i in order (rows may repeat):
-    TensorFlow's scatter-subtract kernel, or (`compiled`) one XLA-compiled function for all tables (one
-    compilation per traced step), whose scatter loop does the same subtractions in the same order."""
-    (_compiled_scatter_sub if compiled else _scatter_sub)(list(variables), list(rows), list(updates))
-
-
-def _scatter_sub(variables: List[tf.Variable], rows: List[tf.Tensor], updates: List[tf.Tensor]) -> None:
-    for var, table_rows, update in zip(variables, rows, updates):
-        var.scatter_sub(tf.IndexedSlices(update, table_rows))
-
-
-_compiled_scatter_sub = tf.function(_scatter_sub, jit_compile=True, autograph=False)
-
-
-def _assign_rows(var: tf.Variable, rows: tf.Tensor, values: tf.Tensor) -> None:
-    """var[rows] = values for unique `rows`."""
-    var.scatter_update(tf.IndexedSlices(values, rows))
-
-
-def _subtract_rows(var: tf.Variable, rows: tf.Tensor, update: tf.Tensor) -> None:
-    """var[rows] -= update for unique `rows`: the same float subtraction as a scatter-subtract, written as
-    an assignment of whole rows."""
-    _assign_rows(var, rows, tf.gather(var, rows) - update)
-
-
-class SparseUpdate(NamedTuple):
-    """One table's sparse gradient, ready to apply: its rows (unique unless the optimizer takes them as they
-    are) and their gradient rows in the table's dtype."""
-
-    var: tf.Variable
-    slots: Dict[str, tf.Variable]
-    rows: tf.Tensor
-    grad_rows: tf.Tensor
 
 
 class SparseOptimizer:
@@ -145,27 +103,19 @@ class SparseOptimizer:
             self.build(unknown)
         lr = tf.cast(self.schedule(self.iterations), tf.float32)
         step = tf.cast(self.iterations + 1, tf.float32)
-        sparse: List[SparseUpdate] = []
         for grad, var in pairs:
             slots = self._slots[var.ref()]
             if isinstance(grad, tf.IndexedSlices):
                 with tf.name_scope("embedding_update"):  # op names that step profiles group by
                     rows, values = sum_duplicate_rows(grad) if self.sums_duplicate_rows else (grad.indices, grad.values)
-                    sparse.append(SparseUpdate(var, slots, rows, tf.cast(values, var.dtype)))
+                    self._apply_sparse(var, slots, rows, tf.cast(values, var.dtype), lr, step)
             else:
                 with tf.name_scope("dense_update"):
                     self._apply_dense(var, slots, tf.cast(grad, var.dtype), lr, step)
-        if sparse:
-            with tf.name_scope("embedding_update"):
-                self._apply_sparse_all(sparse, lr, step)
         self.iterations.assign_add(1)
 
     def _apply_dense(self, var, slots, grad, lr, step) -> None:
         raise NotImplementedError
-
-    def _apply_sparse_all(self, sparse: Sequence["SparseUpdate"], lr, step) -> None:
-        for update in sparse:
-            self._apply_sparse(update.var, update.slots, update.rows, update.grad_rows, lr, step)
 
     def _apply_sparse(self, var, slots, rows, grad_rows, lr, step) -> None:
         raise NotImplementedError
@@ -180,9 +130,8 @@ class SparseSGD(SparseOptimizer):
     def _apply_dense(self, var, slots, grad, lr, step):
         var.assign_sub(lr * grad)
 
-    def _apply_sparse_all(self, sparse, lr, step):
-        subtract_rows_in_turn([u.var for u in sparse], [u.rows for u in sparse], [lr * u.grad_rows for u in sparse],
-                              compiled=COMPILED_SPARSE_SGD)
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
+        var.scatter_sub(tf.IndexedSlices(lr * grad_rows, rows))
 
 
 class SparseAdagrad(SparseOptimizer):
@@ -200,8 +149,8 @@ class SparseAdagrad(SparseOptimizer):
     def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
         acc = slots["accumulator"]
         acc_rows = tf.gather(acc, rows) + tf.square(grad_rows)
-        _assign_rows(acc, rows, acc_rows)
-        _subtract_rows(var, rows, lr * grad_rows / (tf.sqrt(acc_rows) + self.epsilon))
+        acc.scatter_update(tf.IndexedSlices(acc_rows, rows))
+        var.scatter_sub(tf.IndexedSlices(lr * grad_rows / (tf.sqrt(acc_rows) + self.epsilon), rows))
 
 
 class SparseAdam(SparseOptimizer):
@@ -225,9 +174,10 @@ class SparseAdam(SparseOptimizer):
         m, v = slots["m"], slots["v"]
         m_rows = self.beta1 * tf.gather(m, rows) + (1.0 - self.beta1) * grad_rows
         v_rows = self.beta2 * tf.gather(v, rows) + (1.0 - self.beta2) * tf.square(grad_rows)
-        _assign_rows(m, rows, m_rows)
-        _assign_rows(v, rows, v_rows)
-        _subtract_rows(var, rows, self._step_size(lr, step) * m_rows / (tf.sqrt(v_rows) + self.epsilon))
+        m.scatter_update(tf.IndexedSlices(m_rows, rows))
+        v.scatter_update(tf.IndexedSlices(v_rows, rows))
+        update = self._step_size(lr, step) * m_rows / (tf.sqrt(v_rows) + self.epsilon)
+        var.scatter_sub(tf.IndexedSlices(update, rows))
 
 
 class SparseRMSprop(SparseOptimizer):
@@ -249,8 +199,8 @@ class SparseRMSprop(SparseOptimizer):
     def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
         rms = slots["rms"]
         rms_rows = self.rho * tf.gather(rms, rows) + (1.0 - self.rho) * tf.square(grad_rows)
-        _assign_rows(rms, rows, rms_rows)
-        _subtract_rows(var, rows, lr * grad_rows / (tf.sqrt(rms_rows) + self.epsilon))
+        rms.scatter_update(tf.IndexedSlices(rms_rows, rows))
+        var.scatter_sub(tf.IndexedSlices(lr * grad_rows / (tf.sqrt(rms_rows) + self.epsilon), rows))
 
 
 class SparseFtrl(SparseOptimizer):
@@ -287,9 +237,9 @@ class SparseFtrl(SparseOptimizer):
         acc, linear = slots["accumulator"], slots["linear"]
         new_var, new_acc, new_linear = self._update(tf.gather(var, rows), tf.gather(acc, rows),
                                                     tf.gather(linear, rows), grad_rows, lr)
-        _assign_rows(linear, rows, new_linear)
-        _assign_rows(acc, rows, new_acc)
-        _assign_rows(var, rows, new_var)
+        linear.scatter_update(tf.IndexedSlices(new_linear, rows))
+        acc.scatter_update(tf.IndexedSlices(new_acc, rows))
+        var.scatter_update(tf.IndexedSlices(new_var, rows))
 
 
 class OptimizerGroup:

@@ -5,7 +5,6 @@ import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
 from dlrm.keras2 import keras
-from dlrm.train import optimizers
 from dlrm.train.optimizers import LossScaledOptimizer, SparseSGD, build_optimizer, sum_duplicate_rows
 from dlrm.train.schedule import ReferenceSchedule
 
@@ -230,24 +229,3 @@ def test_training_is_bit_identical_when_repeated():
     second, _, _, _ = train_tiny_model("adam", steps=3)
     for a, b in zip(first.trainable_variables, second.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-
-
-@pytest.mark.parametrize("compiled", [True, False])
-def test_sgd_subtracts_repeated_rows_in_turn_bit_for_bit_like_tensorflows_scatter_kernel(compiled, monkeypatch):
-    # SGD's update of all tables (compiled by XLA on TensorFlow 2.21, TensorFlow's kernel on 2.15: both here)
-    # gives the bits of TensorFlow's own scatter-subtract, table by table, repeated rows included (3 rows
-    # looked up 500 times, 1000 rows 500 times).
-    monkeypatch.setattr(optimizers, "COMPILED_SPARSE_SGD", compiled)
-    rng = np.random.default_rng(3)
-    shapes = [(3, 4), (1000, 8)]
-    start = [rng.normal(size=shape).astype(np.float32) for shape in shapes]
-    ids = [tf.constant(rng.integers(0, rows, 500).astype(np.int32)) for rows, _ in shapes]
-    grads = [tf.constant(rng.normal(size=(500, dim)).astype(np.float32)) for _, dim in shapes]
-    tables = [tf.Variable(values) for values in start]
-    optimizer = SparseSGD(ReferenceSchedule(CONSTANT), name="sgd")
-    optimizer.build(tables)
-    tf.function(lambda: optimizer.apply([(tf.IndexedSlices(g, i), t) for g, i, t in zip(grads, ids, tables)]))()
-    for table, values, table_ids, grad in zip(tables, start, ids, grads):
-        expected = tf.Variable(values)
-        expected.scatter_sub(tf.IndexedSlices(LR * grad, table_ids))
-        assert np.array_equal(table.numpy().view(np.int32), expected.numpy().view(np.int32))

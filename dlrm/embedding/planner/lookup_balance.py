@@ -1,11 +1,11 @@
 """Evening out the lookup load once memory is placed: whole pieces move or swap off the busiest rank.
 
 A rank's sparse work in a step (the ids it receives, the gather and pooling, the gradient's scatter) grows
-with its lookup load (hotness x columns per sample), not with its memory. On the MLPerf multi-hot shape
-one 100-hot table carries almost half of all lookups in a ninth of the memory, so a plan that is even in
-memory can leave one rank with twice the other's sparse work, and every other rank waits for it in the
-all-to-all. Only whole pieces move (table-wise tables and column slices); row slices stay where the fill
-put them, and no rank's memory goes over the ceiling the caller gives.
+with its lookup load (hotness x columns per sample), not with its memory. With multi-hot tables of very
+different hotness, a plan that is even in memory can leave one rank with far more sparse work than the
+others, and every other rank waits for it in the all-to-all. Only whole pieces move (table-wise tables,
+column slices, and a row-sliced table the fill left whole); row slices stay where the fill put them, and
+no rank's memory goes over the ceiling the caller gives.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _descend(assignment: Assignment, memory_ceiling: float) -> None:
     """Apply the best move or swap off the busiest rank (lowest lookup peak of the two ranks afterwards, then
     lowest memory peak) while one lowers that rank's load; each step lowers the sum of squared loads, so
     this ends."""
-    for _ in range(8 * sum(len(load.tables) for load in assignment.ranks) + 1):
+    while True:
         busiest = max(assignment.ranks, key=lambda load: (load.lookup_load, -load.rank))
         best = min(_exchanges(assignment, busiest, memory_ceiling), default=None,
                    key=lambda exchange: (exchange.peak, exchange.memory_peak))
@@ -87,7 +87,7 @@ def _movable(assignment: Assignment) -> List[List[TablePiece]]:
     """Every rank's movable pieces, in table order."""
     pieces: List[List[TablePiece]] = [[] for _ in assignment.ranks]
     for placement in assignment.placements:
-        if placement.kind in MOVABLE_KINDS:
+        if placement.kind in MOVABLE_KINDS or (placement.kind == "row_sliced" and len(placement.pieces) == 1):
             for owned in placement.pieces:
                 pieces[owned.rank].append(owned.piece)
     return pieces
