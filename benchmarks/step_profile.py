@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -44,6 +45,7 @@ from dlrm.data.synthetic.criteo import NUM_NUMERICAL, preset_cardinalities
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import one_hot_tables
 from dlrm.model.interaction import NAME_SCOPE as INTERACTION_SCOPE
+from dlrm.model.interaction import dot_interaction_output_dim
 
 CLASSES = ("mlp_gemm", "interaction", "embedding", "dense_update", "elementwise")
 GEMM_TYPES = ("MatMul", "_MklMatMul", "_FusedMatMul", "_MklFusedMatMul", "_MklNativeFusedMatMul",
@@ -122,10 +124,7 @@ def mlp_flops(config: Config, batch: int) -> float:
     """Forward + backward FLOPs of both MLPs (3 GEMMs of 2 x in x out per row and layer)."""
     model = config.model
     bottom = [NUM_NUMERICAL, *model.bottom_mlp]
-    tables = len(preset_cardinalities("t15"))
-    vectors = tables + 1
-    top_in = model.embedding_dim + vectors * (vectors - 1) // 2
-    top = [top_in, *model.top_mlp]
+    top = [dot_interaction_output_dim(len(preset_cardinalities("t15")), model.embedding_dim), *model.top_mlp]
     pairs = list(zip(bottom, bottom[1:])) + list(zip(top, top[1:]))
     return 3 * 2.0 * batch * sum(i * o for i, o in pairs)
 
@@ -153,7 +152,10 @@ def profile(candidate, steps: int, warmup: int) -> tuple[Dict[str, Dict[str, flo
     candidate.run(steps)
     wall = time.perf_counter() - start
     tf.profiler.experimental.stop()
-    return op_seconds(logdir), wall
+    try:
+        return op_seconds(logdir), wall
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
 
 
 def main(argv: Optional[List[str]] = None) -> dict:
