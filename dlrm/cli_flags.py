@@ -64,6 +64,9 @@ class Flag:
     model_types: tuple[str, ...] = ()  # of --arch widedeep
     modes: tuple[str, ...] = ()  # runs: values of --mode, and BENCHMARK
     needs: str = ""  # a flag that must be given too for this one to do anything
+    # Under --benchmark only a schedule laid out over the epochs reads it (Wide & Deep's deep part): the
+    # benchmark's length is its own steps.
+    benchmark_schedule_only: bool = False
 
     @property
     def dest(self) -> str:
@@ -182,8 +185,9 @@ RUN_FLAGS = FlagGroup("training run", (
     Flag("--evaluate", "train.mode", "the same as --mode eval", const="eval"),
     Flag("--max_steps", "train.max_steps", "stop after this many global steps", type=positive_int, modes=TRAINING),
     Flag("--epochs", "train.epochs", "passes over the training data (fractions allowed)",
-         type=positive_number, modes=STEPS),
-    Flag("--num_epochs", "train.epochs", "the same as --epochs", type=positive_number, modes=STEPS),
+         type=positive_number, modes=STEPS, benchmark_schedule_only=True),
+    Flag("--num_epochs", "train.epochs", "the same as --epochs", type=positive_number, modes=STEPS,
+         benchmark_schedule_only=True),
     Flag("--eval_every", "train.eval_every_steps", "evaluate every N steps (and at the end)",
          type=positive_int, modes=TRAINING),
     Flag("--log_every", "train.log_every_steps", "log training metrics every N steps",
@@ -241,4 +245,8 @@ def not_applying(flag: Flag, arch: str, model_type: str, mode: str) -> Optional[
         return f"not used by --model_type {model_type} (it applies to --model_type {' and '.join(flag.model_types)})"
     if flag.modes and mode not in flag.modes:
         return f"not used by --mode {mode} (it applies to {' and '.join(f'--mode {run}' for run in flag.modes)})"
+    if flag.benchmark_schedule_only and mode == BENCHMARK and not (arch in WIDEDEEP and model_type in DEEP_PART):
+        return (f"not used by --benchmark with --arch {arch}{' --model_type wide' if arch in WIDEDEEP else ''} "
+                f"(its length is --benchmark_steps; under --benchmark only the deep part of --arch widedeep "
+                f"lays out its learning-rate schedule over the epochs)")
     return None

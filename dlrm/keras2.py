@@ -5,6 +5,9 @@ separate `tf-keras` package (`import tf_keras`), which the models, the sparse op
 counterparts and the tests are written against. The package imports `keras` from here instead of using
 `tf.keras`, so it gets Keras 2 whatever `TF_USE_LEGACY_KERAS` was when TensorFlow was first imported
 (`dlrm/__init__.py` sets that variable, for code outside the package that uses `tf.keras`).
+
+The other difference: TensorFlow 2.21's CPU scatter-subtract kernel is several times slower than 2.15's, so
+SGD's sparse update compiles its large steps with XLA there (`SLOW_SCATTER_KERNEL`, `dlrm.train.row_subtraction`).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ def tensorflow_version(version: str = tf.__version__) -> tuple:
     return int(major), int(minor)
 
 
+SLOW_SCATTER_KERNEL = tensorflow_version() >= FIRST_KERAS3_TENSORFLOW
+
 if tensorflow_version() < FIRST_KERAS3_TENSORFLOW:
     from tensorflow import keras
 else:
@@ -28,4 +33,4 @@ else:
         raise ImportError(f"TensorFlow {tf.__version__} bundles Keras 3; this project needs Keras 2: "
                           f"pip install 'tf-keras=={'.'.join(map(str, tensorflow_version()))}.*'") from None
 
-__all__ = ["keras", "tensorflow_version"]
+__all__ = ["SLOW_SCATTER_KERNEL", "keras", "tensorflow_version"]

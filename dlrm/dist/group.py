@@ -11,7 +11,7 @@ import contextlib
 import json
 import socket
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from dlrm.dist.launcher import LauncherWorld
 
@@ -191,6 +191,12 @@ class ProcessGroup:
         report = None if problem is None else {"host": socket.gethostname(), "message": problem}
         reports = self.allgather_object(report, name=name)
         return [Failure(rank, r["host"], r["message"]) for rank, r in enumerate(reports) if r]
+
+    def raise_agreed(self, problem: Optional[str], error: Callable[[str], Exception], name: str) -> None:
+        """`agree`, then every rank raises `error` with the lowest failing rank's message if any rank failed."""
+        failures = self.agree(problem, name=name)
+        if failures:
+            raise error(failures[0].message)
 
     def averaging_tape(self, tape, model_parallel_variables: Sequence = ()) -> "AveragingTape":
         """Wrap a GradientTape so data-parallel gradients are averaged over ranks, the same bits every run.

@@ -193,10 +193,9 @@ def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, 
                    restored: bool = False) -> Parts:
     """The parts for a validated feature spec (its data files are not read here: export needs only the spec).
     `restored`: every weight is read from a checkpoint next, so no table draws initial values."""
-    contract = contract_from_spec(spec, config.model.embedding_dim, config.model.combiner)
-    check_model_shape(config.model, contract)  # before the plan: a model that cannot be built allocates nothing
+    contract = _checked_contract(config, spec)
     embeddings, plan = build_embeddings(config, contract, group, restored)
-    model = build_model(config.model, contract, embeddings, amp=config.train.amp, xla=config.train.xla)
+    model = _model_over(config, contract, embeddings)
     group.broadcast_variables(model.dense_variables, root_rank=0)  # replicas start equal
     optimizer = None
     if with_optimizer:
@@ -208,11 +207,21 @@ def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, 
 def serving_parts(config: Config, spec: FeatureSpec) -> Parts:
     """The one-process model a checkpoint is restored into for serving (`dlrm.export`): its tables whole
     and zeros until the restore, no optimizer, no placement plan; the export checks the memory itself."""
+    contract = _checked_contract(config, spec)
+    embeddings = LocalEmbedding(_tables(config, contract, restored=True), seed=config.model.seed)
+    return Parts(config, dist.single_process(), spec, contract, embeddings, _model_over(config, contract, embeddings))
+
+
+def _checked_contract(config: Config, spec: FeatureSpec) -> FeatureContract:
+    """The model's view of the spec, checked against the model flags before any table is allocated."""
     contract = contract_from_spec(spec, config.model.embedding_dim, config.model.combiner)
     check_model_shape(config.model, contract)
-    embeddings = LocalEmbedding(_tables(config, contract, restored=True), seed=config.model.seed)
-    model = build_model(config.model, contract, embeddings, amp=config.train.amp, xla=config.train.xla)
-    return Parts(config, dist.single_process(), spec, contract, embeddings, model)
+    return contract
+
+
+def _model_over(config: Config, contract: FeatureContract, embeddings: EmbeddingCollection) -> Model:
+    """The model (DLRM, DCNv2 or Wide & Deep) over `embeddings`, in the configured precision."""
+    return build_model(config.model, contract, embeddings, amp=config.train.amp, xla=config.train.xla)
 
 
 def make_reader(parts: Parts, mapping: str, batch_size: int, partial_batch: str = "keep") -> BatchReader:

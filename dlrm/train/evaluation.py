@@ -95,9 +95,7 @@ def save_predictions(group: ProcessGroup, path: str, predictions: Predictions) -
             write_predictions(path, predictions.labels, predictions.logits, predictions.groups)
         except PredictionsPathError as error:
             problem = str(error)
-    failures = group.agree(problem, name="predictions_agree")
-    if failures:
-        raise PredictionsPathError(failures[0].message)
+    group.raise_agreed(problem, PredictionsPathError, name="predictions_agree")
 
 
 def evaluate(parts: Parts, predict_step, pending_signal: Callable[[], Optional[int]] = lambda: None,

@@ -143,9 +143,8 @@ def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> Non
     """Refuse a --predictions_path rank 0 cannot write before anything else runs, on every rank alike."""
     if not path:
         return
-    failures = group.agree(path_problem(path) if group.rank == 0 else None, name="predictions_path_agree")
-    if failures:
-        raise PredictionsPathError(failures[0].message)
+    group.raise_agreed(path_problem(path) if group.rank == 0 else None, PredictionsPathError,
+                       name="predictions_path_agree")
 
 
 def records_of(train_cfg: TrainConfig) -> dict:
@@ -174,11 +173,12 @@ def open_log(config: Config, group: dist.ProcessGroup) -> MetricsLog:
         log = MetricsLog(config.train.run_dir, enabled=group.rank == 0, **records_of(config.train))
     except PathError as error:
         problem = str(error)
-    failures = group.agree(problem, name="run_dir_agree")
-    if failures:
+    try:
+        group.raise_agreed(problem, RunDirError, name="run_dir_agree")
+    except RunDirError:
         if log is not None:
             log.close(plot=False)
-        raise RunDirError(failures[0].message)
+        raise
     assert log is not None
     return log
 

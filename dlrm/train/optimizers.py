@@ -6,7 +6,8 @@ and their moments bit for bit. For Adagrad and Adam, duplicate ids in a batch ar
 row seen k times gets one update with the sum of its k gradients (the gradient of the loss), not k
 separate ones. SGD's update is linear in the gradient, so it subtracts the k rows one after the
 other, in batch order (as Keras' legacy SGD does): the same update up to float rounding, without
-the unique + segment-sum pass (~15 ms of a 750 ms reference step on 2 cores). The scatter is
+the unique + segment-sum pass; on TensorFlow 2.21, whose scatter kernel is slow, large steps do it
+XLA-compiled for all tables at once with the same bits (`dlrm.train.row_subtraction`). The scatter is
 serial, hence deterministic, under TensorFlow's op determinism, which the trainer enables.
 Dense tensors (MLP weights) get the ordinary dense update.
 
@@ -24,7 +25,7 @@ part, RMSProp or Adagrad for the deep part) behind the same interface as one opt
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -32,6 +33,7 @@ from dlrm.choices import named_choice
 from dlrm.config import OptimizerConfig
 from dlrm.embedding.optimizer_slots import SLOT_NAMES
 from dlrm.model.precision import needs_loss_scaling
+from dlrm.train.row_subtraction import RowSubtraction
 from dlrm.train.schedule import GroupSchedule, Schedule
 
 
@@ -40,6 +42,16 @@ def sum_duplicate_rows(grad: tf.IndexedSlices) -> Tuple[tf.Tensor, tf.Tensor]:
     rows, positions = tf.unique(grad.indices)
     summed = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(rows)[0])
     return rows, summed
+
+
+class SparseUpdate(NamedTuple):
+    """One table's sparse gradient, ready to apply: its rows (unique unless the optimizer takes them as they
+    are) and their gradient rows in the table's dtype."""
+
+    var: tf.Variable
+    slots: Dict[str, tf.Variable]
+    rows: tf.Tensor
+    grad_rows: tf.Tensor
 
 
 class SparseOptimizer:
@@ -103,19 +115,28 @@ class SparseOptimizer:
             self.build(unknown)
         lr = tf.cast(self.schedule(self.iterations), tf.float32)
         step = tf.cast(self.iterations + 1, tf.float32)
+        sparse: List[SparseUpdate] = []
         for grad, var in pairs:
             slots = self._slots[var.ref()]
             if isinstance(grad, tf.IndexedSlices):
                 with tf.name_scope("embedding_update"):  # op names that step profiles group by
                     rows, values = sum_duplicate_rows(grad) if self.sums_duplicate_rows else (grad.indices, grad.values)
-                    self._apply_sparse(var, slots, rows, tf.cast(values, var.dtype), lr, step)
+                    sparse.append(SparseUpdate(var, slots, rows, tf.cast(values, var.dtype)))
             else:
                 with tf.name_scope("dense_update"):
                     self._apply_dense(var, slots, tf.cast(grad, var.dtype), lr, step)
+        if sparse:
+            with tf.name_scope("embedding_update"):
+                self._apply_sparse_all(sparse, lr, step)
         self.iterations.assign_add(1)
 
     def _apply_dense(self, var, slots, grad, lr, step) -> None:
         raise NotImplementedError
+
+    def _apply_sparse_all(self, sparse: List[SparseUpdate], lr, step) -> None:
+        """Every table's sparse update of the step; one table at a time unless an optimizer does better."""
+        for update in sparse:
+            self._apply_sparse(update.var, update.slots, update.rows, update.grad_rows, lr, step)
 
     def _apply_sparse(self, var, slots, rows, grad_rows, lr, step) -> None:
         raise NotImplementedError
@@ -127,11 +148,20 @@ class SparseSGD(SparseOptimizer):
     slot_names = SLOT_NAMES["sgd"]
     sums_duplicate_rows = False
 
+    def __init__(self, schedule, name: str, subtract_rows: Optional[RowSubtraction] = None):
+        super().__init__(schedule, name)
+        self.subtract_rows = subtract_rows or RowSubtraction()
+
+    def build(self, variables: Iterable[tf.Variable]) -> None:
+        variables = list(variables)
+        super().build(variables)
+        self.subtract_rows.build(variables)
+
     def _apply_dense(self, var, slots, grad, lr, step):
         var.assign_sub(lr * grad)
 
-    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
-        var.scatter_sub(tf.IndexedSlices(lr * grad_rows, rows))
+    def _apply_sparse_all(self, sparse: List[SparseUpdate], lr, step) -> None:
+        self.subtract_rows([u.var for u in sparse], [u.rows for u in sparse], [lr * u.grad_rows for u in sparse])
 
 
 class SparseAdagrad(SparseOptimizer):

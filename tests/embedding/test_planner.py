@@ -277,3 +277,12 @@ def test_minimum_is_found_where_success_is_not_monotonic_in_the_budget(budget_gi
     plan_embeddings(one_hot_tables(rows, 128), 8, replace_budget(sharding, minimum), optimizer_slots=2)
     with pytest.raises(PlanError):
         plan_embeddings(one_hot_tables(rows, 128), 8, replace_budget(sharding, minimum - 1), optimizer_slots=2)
+
+
+def test_replicated_tables_count_against_the_budget_on_every_rank():
+    # Both tables are replicated: 160 + 320 B = 480 B on every rank, so 479 B per rank is too little.
+    tables, sharding = one_hot_tables([10, 20], 4), ShardingConfig(replicate_threshold_bytes=320)
+    plan = plan_embeddings(tables, 2, dataclasses.replace(sharding, rank_memory_bytes=480))
+    assert [t.kind for t in plan.tables] == ["replicated", "replicated"]
+    with pytest.raises(PlanError, match=r"table 'cat_1' .*at least 480 B per rank"):
+        plan_embeddings(tables, 2, dataclasses.replace(sharding, rank_memory_bytes=479))

@@ -10,7 +10,8 @@ from dlrm.data.synthetic.criteo import T0, preset_cardinalities
 from dlrm.embedding.planner import Plan, plan_embeddings
 from dlrm.embedding.planner.assignment import Assignment
 from dlrm.embedding.planner.layout import check_tables, lay_out
-from dlrm.embedding.planner.lookup_balance import even_out_lookups
+from dlrm.embedding.planner.lookup_balance import MIN_GAIN, even_out_lookups
+from dlrm.embedding.planner.strategies import _lookups_evened
 from dlrm.features import TableConfig, one_hot_tables
 from dlrm.sizes import GiB
 
@@ -106,3 +107,40 @@ def test_lookups_even_out_by_the_best_move_or_swap_within_the_memory_ceiling(cei
     assert [r.lookup_load for r in assignment.ranks] == loads
     assert all(r.memory_bytes <= max(ceiling_rows, 200) * 4 for r in assignment.ranks)
     assert sorted(len(p.pieces) for p in assignment.placements) == [1, 1, 1, 1]
+
+
+def _placed(tables_by_rank, budget_rows=None) -> Assignment:
+    """An assignment of 1-column tables, given as {rank: [(name, rows, hotness), ...]}, placed whole."""
+    named = [(rank, name, rows, hotness) for rank, owned in tables_by_rank.items() for name, rows, hotness in owned]
+    tables = check_tables([TableConfig(name, rows, 1, hotness, multi_hot=True) for _, name, rows, hotness in named],
+                          len(tables_by_rank), 4, 0)
+    assignment = Assignment(tables, lay_out(tables, ShardingConfig()), None if budget_rows is None else budget_rows * 4)
+    for t, (rank, *_) in enumerate(named):
+        assignment.give(tables.whole(t), assignment.ranks[rank])
+    return assignment
+
+
+def test_of_two_swaps_that_even_the_lookups_alike_the_one_keeping_memory_even_is_taken():
+    # a<->c and a<->d both leave lookups 5 and 5; a<->c leaves memory 400 / 200 rows, a<->d 300 / 300.
+    assignment = _placed({0: [("a", 100, 4), ("b", 200, 4)], 1: [("c", 200, 1), ("d", 100, 1)]})
+    evened = even_out_lookups(assignment, 1000 * 4)
+    assert [r.lookup_load for r in evened.ranks] == [5, 5]
+    assert [r.memory_bytes // 4 for r in evened.ranks] == [300, 300]
+    assert sorted(evened.ranks[0].tables) == [1, 3]  # b and d
+
+
+def test_a_gain_below_min_gain_leaves_the_assignment_as_it_was():
+    # Swapping the 2-hot for the 1-hot table lowers the peak from 102 to 101: less than MIN_GAIN.
+    assert 1 - 101 / 102 < MIN_GAIN
+    assignment = _placed({0: [("a", 100, 100), ("b", 100, 2)], 1: [("c", 100, 100), ("d", 100, 1)]})
+    assert even_out_lookups(assignment, 1000 * 4) is assignment
+
+
+def test_the_memory_budget_caps_the_tolerance_lookups_may_use():
+    # A swap of a 4-hot for a 1-hot table evens the lookups (8 / 3 -> 5 / 6) but takes the other rank from
+    # 200 to 205 rows: inside the 5% tolerance over the mean, over a 202-row budget.
+    owned = {0: [("a", 100, 4), ("b", 100, 4)], 1: [("c", 95, 1), ("d", 95, 1), ("e", 10, 1)]}
+    assert [r.lookup_load for r in _lookups_evened(_placed(owned)).ranks] == [5, 6]
+    capped = _lookups_evened(_placed(owned, budget_rows=202))
+    assert [r.lookup_load for r in capped.ranks] == [8, 3]
+    assert max(r.memory_bytes for r in capped.ranks) <= 202 * 4

@@ -208,6 +208,10 @@ def test_bad_widedeep_flags_are_refused(argv, message):
     (["--benchmark", "--max_steps", "3"], "argument --max_steps: not used by --mode train --benchmark (it applies to "
                                           "--mode train)"),
     (["--benchmark", "--eval_batch_size", "8"], "argument --eval_batch_size: not used by --mode train --benchmark"),
+    (["--benchmark", "--epochs", "2"], "argument --epochs: not used by --benchmark with --arch dlrm (its length is "
+                                       "--benchmark_steps"),
+    (["--arch", "widedeep", "--model_type", "wide", "--benchmark", "--num_epochs", "2"],
+     "argument --num_epochs: not used by --benchmark with --arch widedeep --model_type wide"),
     (["--benchmark", "--predictions_path", "p.csv"], "argument --predictions_path: not used by --mode train "
                                                      "--benchmark (it applies to --mode train and --mode eval)"),
     (["--mode", "train", "--checkpoint_every", "5"], "argument --checkpoint_every: not used without "

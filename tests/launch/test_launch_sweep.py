@@ -134,6 +134,9 @@ def test_bad_trainer_flag_fails_before_anything_is_submitted(tmp_path):
     proc = launch(["--sweep", str(spec), "--executor", "local", "--out", str(tmp_path / "out")],
                   dict(os.environ), timeout=60)
     assert proc.returncode == 2 and "trainer flags rejected" in proc.stderr, proc.stderr
+    # one message: the command as the job would run it, and the parser's complaint about the misspelt flag
+    [message] = [line for line in proc.stderr.splitlines() if "trainer flags rejected" in line]
+    assert "--log_evry" in message and "--run_dir" in message and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "out" / "tiny_d8_w1_s20").exists()
 
 

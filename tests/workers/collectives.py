@@ -13,12 +13,13 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from dlrm import dist
-from tests.support.multirank import write_rank_result
+from tests.support.multirank import RESULT_DIR_ENV, write_rank_result
 
 
 def splits_of(source: int, world: int) -> list:
@@ -98,15 +99,25 @@ def check_the_rest(group) -> None:
     np.testing.assert_array_equal(mean.values.numpy(), rows_of / np.float32(world))
 
 
-LATE_SECONDS = 1.0  # rank 0 enters the last barrier this late
+LATE_SECONDS = 1.0  # rank 0 enters the last barrier this long after every other rank is about to enter it
 
 
 def check_the_clock(group) -> dict:
-    """Every kind of collective was timed; the ranks that waited for rank 0 to arrive count it as waiting."""
+    """Every kind of collective was timed; the ranks that waited for rank 0 to arrive count it as waiting.
+
+    The order of arrival is made, not hoped for: each other rank leaves a file just before it enters the
+    barrier, and rank 0 enters LATE_SECONDS after it has seen them all, so every other rank waits about that
+    long however the ranks were scheduled before."""
     group.barrier()
-    if group.rank == 0:
-        time.sleep(LATE_SECONDS)
+    arrivals = Path(os.environ[RESULT_DIR_ENV]) / "barrier_arrivals"
+    arrivals.mkdir(exist_ok=True)
     before = group.collective_seconds()["barrier"].waiting
+    if group.rank == 0:
+        while len(list(arrivals.iterdir())) < group.size - 1:
+            time.sleep(0.01)
+        time.sleep(LATE_SECONDS)
+    else:
+        (arrivals / str(group.rank)).touch()
     group.barrier()
     clock = group.collective_seconds()
     assert set(clock) == {"alltoall", "allreduce", "allgather", "broadcast", "barrier"}, clock

@@ -46,6 +46,12 @@ class Assignment:
             load.memory_bytes += tables.table_bytes(table)
             load.lookup_load += tables.hotness(table) * tables.dim(table) / tables.world_size
             load.tables.append(table)
+        held = self.ranks[0].memory_bytes  # every rank holds the same replicas, and they are placed first
+        if self.budget is not None and held > self.budget:
+            raise PlanError(
+                f"{tables.title(table)}): the replicated tables up to this one take {format_bytes(held)} on "
+                f"every rank, more than the budget of {format_bytes(self.budget)}; lower --replicate_threshold "
+                f"or raise --rank_memory", table=table)
 
     def eligible(self, piece: TablePiece) -> List[RankLoad]:
         """Ranks holding no other piece of the table, with room for this one."""
