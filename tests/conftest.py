@@ -10,6 +10,7 @@ import pytest
 # Keras 2 layers, optimizers, tapes and checkpoints: their numerics and APIs come from the stack's TensorFlow.
 TENSORFLOW_DEPENDENT = ("tests/model/", "tests/embedding/", "tests/train/test_checkpoint.py",
                         "tests/train/test_named_checkpoints.py", "tests/train/test_optimizers.py",
+                        "tests/train/test_row_subtraction.py",
                         "tests/train/test_widedeep_optimizers.py", "tests/export/")
 
 

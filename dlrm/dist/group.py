@@ -192,7 +192,7 @@ class ProcessGroup:
         reports = self.allgather_object(report, name=name)
         return [Failure(rank, r["host"], r["message"]) for rank, r in enumerate(reports) if r]
 
-    def raise_agreed(self, problem: Optional[str], error: Callable[[str], Exception], name: str) -> None:
+    def raise_if_any_failed(self, problem: Optional[str], error: Callable[[str], Exception], name: str) -> None:
         """`agree`, then every rank raises `error` with the lowest failing rank's message if any rank failed."""
         failures = self.agree(problem, name=name)
         if failures:

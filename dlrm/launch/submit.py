@@ -101,7 +101,7 @@ class TrainingRun(submitit.helpers.Checkpointable):
 def job_command(job_dir: str, flags: Sequence[str]) -> List[str]:
     """The command every rank of a job in `job_dir` runs for these trainer flags: the launcher scripts' own
     (`slurm/common.sh`, `dlrm_job_command`), which adds the run and checkpoint directories."""
-    script = ('source "$DLRM_ROOT/slurm/common.sh" || exit; dlrm_job_command "$@"; '
+    script = ('source "$DLRM_ROOT/slurm/common.sh" || exit; dlrm_job_command "$@" || exit; '
               'printf "%s\\0" "${DLRM_CMD[@]}"')
     env = {**os.environ, "DLRM_ROOT": PROJECT_ROOT, "DLRM_JOB_DIR": job_dir, "DLRM_PYTHON": sys.executable}
     done = subprocess.run(["bash", "-c", script, "bash", *flags], env=env, capture_output=True, text=True)

@@ -95,7 +95,7 @@ def save_predictions(group: ProcessGroup, path: str, predictions: Predictions) -
             write_predictions(path, predictions.labels, predictions.logits, predictions.groups)
         except PredictionsPathError as error:
             problem = str(error)
-    group.raise_agreed(problem, PredictionsPathError, name="predictions_agree")
+    group.raise_if_any_failed(problem, PredictionsPathError, name="predictions_agree")
 
 
 def evaluate(parts: Parts, predict_step, pending_signal: Callable[[], Optional[int]] = lambda: None,

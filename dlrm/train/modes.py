@@ -143,7 +143,7 @@ def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> Non
     """Refuse a --predictions_path rank 0 cannot write before anything else runs, on every rank alike."""
     if not path:
         return
-    group.raise_agreed(path_problem(path) if group.rank == 0 else None, PredictionsPathError,
+    group.raise_if_any_failed(path_problem(path) if group.rank == 0 else None, PredictionsPathError,
                        name="predictions_path_agree")
 
 
@@ -174,7 +174,7 @@ def open_log(config: Config, group: dist.ProcessGroup) -> MetricsLog:
     except PathError as error:
         problem = str(error)
     try:
-        group.raise_agreed(problem, RunDirError, name="run_dir_agree")
+        group.raise_if_any_failed(problem, RunDirError, name="run_dir_agree")
     except RunDirError:
         if log is not None:
             log.close(plot=False)

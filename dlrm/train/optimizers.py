@@ -6,9 +6,10 @@ and their moments bit for bit. For Adagrad and Adam, duplicate ids in a batch ar
 row seen k times gets one update with the sum of its k gradients (the gradient of the loss), not k
 separate ones. SGD's update is linear in the gradient, so it subtracts the k rows one after the
 other, in batch order (as Keras' legacy SGD does): the same update up to float rounding, without
-the unique + segment-sum pass; on TensorFlow 2.21, whose scatter kernel is slow, large steps do it
-XLA-compiled for all tables at once with the same bits (`dlrm.train.row_subtraction`). The scatter is
-serial, hence deterministic, under TensorFlow's op determinism, which the trainer enables.
+the unique + segment-sum pass. Every optimizer but FTRL (which writes its rows) ends a sparse update
+by subtracting from the table's rows, for all tables at once (`dlrm.train.row_subtraction`: on
+TensorFlow 2.21, whose scatter kernel is slow, large steps run it XLA-compiled, with the same bits).
+The scatter is serial, hence deterministic, under TensorFlow's op determinism, which the trainer enables.
 Dense tensors (MLP weights) get the ordinary dense update.
 
 Why not Keras optimizers: the new (Keras >= 2.11) optimizers update embedding tables densely, and
@@ -44,6 +45,14 @@ def sum_duplicate_rows(grad: tf.IndexedSlices) -> Tuple[tf.Tensor, tf.Tensor]:
     return rows, summed
 
 
+class RowsToSubtract(NamedTuple):
+    """var[rows[i]] -= update[i], in order: a table's own sparse update, done for all tables at once."""
+
+    var: tf.Variable
+    rows: tf.Tensor
+    update: tf.Tensor
+
+
 class SparseUpdate(NamedTuple):
     """One table's sparse gradient, ready to apply: its rows (unique unless the optimizer takes them as they
     are) and their gradient rows in the table's dtype."""
@@ -61,15 +70,18 @@ class SparseOptimizer:
     slot_initial_value: float = 0.0
     sums_duplicate_rows = True  # False: _apply_sparse gets the gradient's rows as they are
 
-    def __init__(self, schedule, name: str):
+    def __init__(self, schedule, name: str, subtract_rows: Optional[RowSubtraction] = None):
         self.name = name
         self.schedule = schedule
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"{name}/iterations")
         self._slots: Dict[object, Dict[str, tf.Variable]] = {}
+        self.subtract_rows = subtract_rows or RowSubtraction()
 
     # -- state -------------------------------------------------------------------------------
     def build(self, variables: Iterable[tf.Variable]) -> None:
         """Create the slots of `variables` (idempotent). Call eagerly, before tracing and restoring."""
+        variables = list(variables)
+        self.subtract_rows.build(variables)
         for var in variables:
             if var.ref() in self._slots:
                 continue
@@ -134,11 +146,15 @@ class SparseOptimizer:
         raise NotImplementedError
 
     def _apply_sparse_all(self, sparse: List[SparseUpdate], lr, step) -> None:
-        """Every table's sparse update of the step; one table at a time unless an optimizer does better."""
-        for update in sparse:
-            self._apply_sparse(update.var, update.slots, update.rows, update.grad_rows, lr, step)
+        """Every table's sparse update of the step: the slots table by table, then the tables' own rows in one
+        `RowSubtraction` (one compiled call for all tables where TensorFlow's scatter kernel is slow)."""
+        subtractions = [self._apply_sparse(u.var, u.slots, u.rows, u.grad_rows, lr, step) for u in sparse]
+        done = [subtraction for subtraction in subtractions if subtraction is not None]
+        if done:
+            self.subtract_rows(*map(list, zip(*done)))
 
-    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step) -> None:
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step) -> Optional[RowsToSubtract]:
+        """Update the slots' rows; return what to subtract from the table's rows (None: the rows are written)."""
         raise NotImplementedError
 
 
@@ -148,20 +164,11 @@ class SparseSGD(SparseOptimizer):
     slot_names = SLOT_NAMES["sgd"]
     sums_duplicate_rows = False
 
-    def __init__(self, schedule, name: str, subtract_rows: Optional[RowSubtraction] = None):
-        super().__init__(schedule, name)
-        self.subtract_rows = subtract_rows or RowSubtraction()
-
-    def build(self, variables: Iterable[tf.Variable]) -> None:
-        variables = list(variables)
-        super().build(variables)
-        self.subtract_rows.build(variables)
-
     def _apply_dense(self, var, slots, grad, lr, step):
         var.assign_sub(lr * grad)
 
-    def _apply_sparse_all(self, sparse: List[SparseUpdate], lr, step) -> None:
-        self.subtract_rows([u.var for u in sparse], [u.rows for u in sparse], [lr * u.grad_rows for u in sparse])
+    def _apply_sparse(self, var, slots, rows, grad_rows, lr, step):
+        return RowsToSubtract(var, rows, lr * grad_rows)
 
 
 class SparseAdagrad(SparseOptimizer):
@@ -180,7 +187,7 @@ class SparseAdagrad(SparseOptimizer):
         acc = slots["accumulator"]
         acc_rows = tf.gather(acc, rows) + tf.square(grad_rows)
         acc.scatter_update(tf.IndexedSlices(acc_rows, rows))
-        var.scatter_sub(tf.IndexedSlices(lr * grad_rows / (tf.sqrt(acc_rows) + self.epsilon), rows))
+        return RowsToSubtract(var, rows, lr * grad_rows / (tf.sqrt(acc_rows) + self.epsilon))
 
 
 class SparseAdam(SparseOptimizer):
@@ -206,8 +213,7 @@ class SparseAdam(SparseOptimizer):
         v_rows = self.beta2 * tf.gather(v, rows) + (1.0 - self.beta2) * tf.square(grad_rows)
         m.scatter_update(tf.IndexedSlices(m_rows, rows))
         v.scatter_update(tf.IndexedSlices(v_rows, rows))
-        update = self._step_size(lr, step) * m_rows / (tf.sqrt(v_rows) + self.epsilon)
-        var.scatter_sub(tf.IndexedSlices(update, rows))
+        return RowsToSubtract(var, rows, self._step_size(lr, step) * m_rows / (tf.sqrt(v_rows) + self.epsilon))
 
 
 class SparseRMSprop(SparseOptimizer):
@@ -230,7 +236,7 @@ class SparseRMSprop(SparseOptimizer):
         rms = slots["rms"]
         rms_rows = self.rho * tf.gather(rms, rows) + (1.0 - self.rho) * tf.square(grad_rows)
         rms.scatter_update(tf.IndexedSlices(rms_rows, rows))
-        var.scatter_sub(tf.IndexedSlices(lr * grad_rows / (tf.sqrt(rms_rows) + self.epsilon), rows))
+        return RowsToSubtract(var, rows, lr * grad_rows / (tf.sqrt(rms_rows) + self.epsilon))
 
 
 class SparseFtrl(SparseOptimizer):
@@ -270,6 +276,7 @@ class SparseFtrl(SparseOptimizer):
         linear.scatter_update(tf.IndexedSlices(new_linear, rows))
         acc.scatter_update(tf.IndexedSlices(new_acc, rows))
         var.scatter_update(tf.IndexedSlices(new_var, rows))
+        return None
 
 
 class OptimizerGroup:

@@ -1,10 +1,11 @@
-"""SGD's sparse update: each table's gradient rows subtracted one after the other, in batch order.
+"""The last stage of a sparse update: each table's rows minus their update rows, one after the other in order
+(SGD: every gradient row, repeats included; Adagrad, Adam, RMSProp: one summed row per id).
 
 TensorFlow's scatter-subtract kernel does that serially (deterministic under op determinism), but on
-TensorFlow 2.21 it is several times slower than on 2.15 (`dlrm.keras2.SLOW_SCATTER_KERNEL`; figures in
-docs/benchmarks.md). There a step with many rows runs one XLA-compiled function for all tables instead:
-XLA's scatter is the same serial loop (the same bits), updates the variables in place, and is several
-times faster.
+TensorFlow 2.21 its CPU kernel is several times slower than 2.15's (`dlrm.keras2.SLOW_SCATTER_KERNEL`;
+figures in docs/benchmarks.md). There a step with many rows on CPU runs one XLA-compiled function for all
+tables instead: XLA's CPU scatter is the same serial loop (the same bits), updates the variables in place
+(not a copy of each table), and is several times faster.
 
 XLA compiles once per input shape, and the row count of a multi-hot table (padding ids dropped) or of a
 row slice changes from batch to batch. So each table's rows are padded to a capacity that only grows, with
@@ -32,6 +33,11 @@ def _scatter_sub(variables: Sequence[tf.Variable], rows: Sequence[tf.Tensor], up
 
 
 _compiled_scatter_sub = tf.function(_scatter_sub, jit_compile=True, autograph=False)
+
+
+def _on_cpu(var: tf.Variable) -> bool:
+    """The slow kernel is the CPU one; on a GPU, XLA's scatter would not subtract repeated rows in turn."""
+    return tf.DeviceSpec.from_string(var.device).device_type in (None, "CPU")
 
 
 def _round_up(count: tf.Tensor) -> tf.Tensor:
@@ -66,7 +72,7 @@ class RowSubtraction:
     def __call__(self, variables: Sequence[tf.Variable], rows: Sequence[tf.Tensor],
                  updates: Sequence[tf.Tensor]) -> None:
         variables, rows, updates = list(variables), list(rows), list(updates)
-        if not self.compiled or not variables:
+        if not self.compiled or not variables or not all(_on_cpu(var) for var in variables):
             _scatter_sub(variables, rows, updates)
             return
         total = tf.add_n([tf.size(table_rows, out_type=tf.int64) for table_rows in rows])

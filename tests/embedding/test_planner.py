@@ -284,5 +284,5 @@ def test_replicated_tables_count_against_the_budget_on_every_rank():
     tables, sharding = one_hot_tables([10, 20], 4), ShardingConfig(replicate_threshold_bytes=320)
     plan = plan_embeddings(tables, 2, dataclasses.replace(sharding, rank_memory_bytes=480))
     assert [t.kind for t in plan.tables] == ["replicated", "replicated"]
-    with pytest.raises(PlanError, match=r"table 'cat_1' .*at least 480 B per rank"):
+    with pytest.raises(PlanError, match=r"table 'cat_1' .*at least 480 B per rank.*lower --replicate_threshold"):
         plan_embeddings(tables, 2, dataclasses.replace(sharding, rank_memory_bytes=479))

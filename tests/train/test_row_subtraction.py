@@ -1,11 +1,11 @@
-"""SGD's row subtraction: the XLA-compiled path gives the kernel's bits, whatever the row counts, and
-compiles for a few padded lengths only; small steps keep the kernel."""
+"""The optimizers' row subtraction: the XLA-compiled path gives the kernel's bits, whatever the row counts,
+and compiles for a few padded lengths only; small steps keep the kernel."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
-from dlrm.train.optimizers import SparseSGD
+from dlrm.train.optimizers import SparseSGD, build_optimizer
 from dlrm.train.row_subtraction import ROUNDING, RowSubtraction
 from dlrm.train.schedule import ReferenceSchedule
 
@@ -78,3 +78,24 @@ def test_sgd_subtracts_repeated_rows_in_turn_on_either_path(compiled):
     want[1] -= lr * np.float32([3.0, 4.0])
     want[4] -= lr * np.float32([5.0, 6.0])
     np.testing.assert_array_equal(table.numpy(), want)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adagrad", "adam", "rmsprop"])
+def test_every_optimizer_gives_the_same_bits_on_either_path(name):
+    """Adagrad, Adam and RMSProp subtract from unique rows (duplicates summed first), SGD from every row."""
+    config = OptimizerConfig(optimizer=name, learning_rate=0.05, warmup_steps=0, decay_steps=0)
+    runs = []
+    for compiled in (False, True):
+        tables = _tables()
+        optimizer = build_optimizer(config, ReferenceSchedule(config))
+        optimizer.subtract_rows = RowSubtraction(compiled=compiled, compile_from_rows=1)
+        optimizer.build(tables)
+        step = tf.function(lambda rows, updates: optimizer.apply(
+            [(tf.IndexedSlices(u, r, tf.constant(t.shape.as_list(), tf.int64)), t)
+             for r, u, t in zip(rows, updates, tables)]),
+            autograph=False, reduce_retracing=True)
+        for rows, updates in list(_batches())[:4]:
+            step(rows, updates)
+        runs.append([t.numpy() for t in tables] + [s.numpy() for t in tables for s in optimizer.slots_for(t).values()])
+    for want, got in zip(*runs):
+        np.testing.assert_array_equal(got, want)

@@ -113,7 +113,9 @@ def check_the_clock(group) -> dict:
     arrivals.mkdir(exist_ok=True)
     before = group.collective_seconds()["barrier"].waiting
     if group.rank == 0:
+        deadline = time.monotonic() + 60
         while len(list(arrivals.iterdir())) < group.size - 1:
+            assert time.monotonic() < deadline, f"only {sorted(os.listdir(arrivals))} reached the barrier in 60 s"
             time.sleep(0.01)
         time.sleep(LATE_SECONDS)
     else:

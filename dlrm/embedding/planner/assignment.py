@@ -51,7 +51,7 @@ class Assignment:
             raise PlanError(
                 f"{tables.title(table)}): the replicated tables up to this one take {format_bytes(held)} on "
                 f"every rank, more than the budget of {format_bytes(self.budget)}; lower --replicate_threshold "
-                f"or raise --rank_memory", table=table)
+                f"or raise --rank_memory", table=table, replicas=True)
 
     def eligible(self, piece: TablePiece) -> List[RankLoad]:
         """Ranks holding no other piece of the table, with room for this one."""

@@ -112,10 +112,13 @@ def _not_enough_memory(error: PlanError, tables: TableSizes, cfg: ShardingConfig
     need = (f"{where}the embedding tables need at least {format_bytes(minimum, round_up=True)} per rank on "
             f"{tables.world_size} rank(s)")
     if minimum > budget:
+        remedy = ("lower --replicate_threshold (every rank holds the replicated tables whole, so more ranks do "
+                  "not help)" if error.replicas else
+                  "use more ranks, smaller embedding dims (--embedding_dim or the feature spec's embedding_dim) "
+                  "or an optimizer with fewer slots")
         message = (f"{need}, short by {format_bytes(minimum - budget, round_up=True)} per rank over the budget of "
                    f"{format_bytes(budget)} (--rank_memory): raise --rank_memory if the ranks have the memory, or "
-                   f"use more ranks, smaller embedding dims (--embedding_dim or the feature spec's embedding_dim) "
-                   f"or an optimizer with fewer slots")
+                   f"{remedy}")
     else:  # success is not monotonic in the budget for every strategy: a smaller one can work
         message = (f"{need}, and this placement ({cfg.strategy}) fails at the budget of {format_bytes(budget)} "
                    f"(--rank_memory) but succeeds at {format_bytes(minimum, round_up=True)}: pass that budget, or "

@@ -14,14 +14,16 @@ class PlanError(UserError, ValueError):
     """The tables cannot be placed on this cluster (the message names the table and the shortfall).
 
     Every rank plans alike, so rank 0 alone reports it. `minimum_rank_memory`: the smallest per-rank
-    budget at which the plan succeeds (None when not known).
+    budget at which the plan succeeds (None when not known). `replicas`: the replicated tables alone
+    overflow the budget (more ranks do not help there).
     """
 
     on_every_rank = True
 
-    def __init__(self, message: str, table: Optional[int] = None):
+    def __init__(self, message: str, table: Optional[int] = None, replicas: bool = False):
         super().__init__(message)
         self.table = table
+        self.replicas = replicas
         self.minimum_rank_memory: Optional[int] = None
 
 
