@@ -9,7 +9,7 @@ class by its name and type:
 - mlp_gemm:     the MLPs' matrix products, forward and backward (MatMul and its fused forms);
 - interaction:  every op under the dot interaction's name scope, forward and backward;
 - embedding:    the lookups (gathers, the bags' segment sums, stacking the tables' outputs) and their
-                sparse gradients and updates;
+                sparse gradients and updates (with the XLA-compiled row subtraction, TensorFlow 2.21);
 - dense_update: the optimizer's update of the dense weights;
 - elementwise:  bias, ReLU and their gradients, casts, the loss, everything else.
 
@@ -57,6 +57,11 @@ DENSE_UPDATE_TYPES = ("ResourceApplyGradientDescent", "ResourceApplyAdagradV2", 
                       "ResourceApplyRMSProp", "ResourceApplyFtrl", "AssignSubVariableOp", "AssignAddVariableOp")
 
 
+# How the trace names a run of an XLA-compiled function (its ops are not executor ops), and the type shown for it.
+XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
+XLA_OP_TYPE = "XLA row subtraction"
+
+
 def op_class(name: str, op_type: str) -> str:
     """The class of one executed op, from its full name ("scope/.../op") and its type."""
     scopes = name.split(":")[0].split("/")
@@ -88,6 +93,9 @@ def op_seconds(logdir: str) -> Dict[str, Dict[str, float]]:
                 continue
             for event in line.events:
                 metadata = plane.event_metadata[event.metadata_id]
+                if metadata.name == XLA_RUN:  # the step's one compiled function: the tables' row subtraction
+                    spent["embedding"][XLA_OP_TYPE] += event.duration_ps * 1e-12
+                    continue
                 if ":" not in metadata.name or not metadata.display_name:
                     continue  # executor bookkeeping, not an op
                 op_type = metadata.display_name

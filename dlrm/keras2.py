@@ -7,7 +7,8 @@ counterparts and the tests are written against. The package imports `keras` from
 (`dlrm/__init__.py` sets that variable, for code outside the package that uses `tf.keras`).
 
 The other difference: TensorFlow 2.21's CPU scatter-subtract kernel is several times slower than 2.15's, so
-the optimizers' sparse row updates compile their large steps with XLA there (`SLOW_SCATTER_KERNEL`, `dlrm.train.row_subtraction`).
+the optimizers' sparse row updates compile their large steps with XLA there (`SLOW_SCATTER_KERNEL`,
+`dlrm.train.row_subtraction`).
 """
 from __future__ import annotations
 
