@@ -100,17 +100,37 @@ def _wait_for_checkpoint(proc, root: str) -> dict:
     return rank_pids(proc.pid)
 
 
+def _logged_steps_after_checkpoint(proc, work: str, root: str, steps: int) -> None:
+    """Wait until the job has logged `steps` training steps past its checkpoint: training is steady again."""
+    from dlrm.train import checkpoint
+    from dlrm.train.metrics_log import read_metrics
+
+    saved = checkpoint.read_meta(checkpoint.find_checkpoint(root))["step"]
+    metrics = os.path.join(work, "run", "metrics.jsonl")
+
+    def steady() -> bool:
+        logged = [r["step"] for r in read_metrics(metrics) if r["kind"] == "train"] if os.path.exists(metrics) else []
+        return max(logged, default=0) >= saved + steps or proc.poll() is not None
+
+    assert wait_until(steady, timeout=200), f"no training step logged past {saved + steps} within 200 s"
+    assert proc.poll() is None, "training ended before the test could act"
+
+
 def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: dict | None = None,
-                         checkpoint_every: int = 2, bound: float = BOUND_SECONDS):
-    """Send `number` to `rank` of a training job once it has a checkpoint; returns (run, seconds from the
-    signal to the end of the job, pids, flags, checkpoint root). No rank stays behind."""
+                         checkpoint_every: int = 2, bound: float = BOUND_SECONDS, steady: bool = False):
+    """Send `number` to `rank` of a training job once it has a checkpoint (`steady`: and has logged 20 more
+    steps, so it is between checkpoints); returns (run, seconds from the signal to the end of the job, pids,
+    flags, checkpoint root). No rank stays behind."""
     work = scratch_dir(prefix)
     started = time.monotonic()
     proc, flags, root = _training_job(work, world, env, checkpoint_every)
     pids: dict = {}
     try:
         pids = _wait_for_checkpoint(proc, root)
-        time.sleep(0.5)  # mid-training, possibly mid-checkpoint
+        if steady:
+            _logged_steps_after_checkpoint(proc, work, root, 20)
+        else:
+            time.sleep(0.5)  # mid-training, possibly mid-checkpoint
         os.kill(pids[rank], number)
         sent_at = time.monotonic()
     finally:
@@ -147,7 +167,7 @@ def test_a_rank_stopped_in_steady_training_ends_the_job_within_the_step_deadline
     collective one (which covers tracing, checkpoints and evaluations)."""
     step_deadline, long_deadline = 8, 200
     run, seconds, _, _, _ = _signal_mid_training(
-        "mpi_steady_stop_", 3, 2, signal.SIGSTOP, checkpoint_every=300, bound=step_deadline + 30,
+        "mpi_steady_stop_", 3, 2, signal.SIGSTOP, checkpoint_every=300, bound=step_deadline + 30, steady=True,
         env={"DLRM_COLLECTIVE_TIMEOUT_SECONDS": str(long_deadline), "DLRM_STEP_TIMEOUT_SECONDS": str(step_deadline)})
     lines = [text for _, text in rank_lines(run.stderr) if text.startswith("error:")]
     pattern = re.compile(rf"error: rank [01]: {STALLED_RANK_2} in '[\w.]+' within {step_deadline} s "
