@@ -144,8 +144,9 @@ def _signal_mid_training(prefix: str, world: int, rank: int, number: int, env: d
 
 
 # A stopped rank 2 is named either way round, depending on where it stopped: by a peer waiting for its data,
-# or by a peer whose data (too big to be buffered) it does not take.
-STALLED_RANK_2 = "(no data from rank 2|rank 2 did not take its data)"
+# or by a peer whose data (too big to be buffered) it does not take. A peer that got past the exchange where
+# the others wait (its data from every rank arrived) names rank 2 together with the rank still waiting there.
+STALLED_RANK_2 = r"(no data from (rank 2|ranks [0-9, ]*\b2)|rank 2 did not take its data)"
 
 
 @pytest.mark.multirank
