@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generic, Mapping, Optional, Sequence, TypeVar
 
+from dlrm import cpu_info
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: data/ and benchmarks/results/
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
@@ -22,25 +24,18 @@ FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "
 T = TypeVar("T")
 
 
-def _cpuinfo(field: str) -> str:
-    """The first value of `field` in /proc/cpuinfo ("" where there is none, e.g. not Linux)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(field):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
 def cpu_model() -> str:
-    return _cpuinfo("model name") or platform.processor()
+    return cpu_info.cpu_model()
 
 
 def cpu_flags() -> list[str]:
-    present = set(_cpuinfo("flags").split())
-    return sorted(flag for flag in FLAGS_THAT_MATTER if flag in present)
+    """The flags among FLAGS_THAT_MATTER this CPU has, sorted."""
+    return sorted(set(FLAGS_THAT_MATTER) & cpu_info.cpu_flags())
+
+
+def native_bf16() -> bool:
+    """Whether this CPU has bfloat16 instructions (else `--amp`'s bfloat16 is emulated, slower than fp32)."""
+    return cpu_info.native_bf16(cpu_info.cpu_flags())
 
 
 def machine_facts() -> dict:

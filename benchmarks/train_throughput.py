@@ -216,6 +216,8 @@ def ratios_for(median: Dict[str, float], candidates: List[Candidate]) -> dict:
         "best_ours_vs_fp32_ceiling": ratio(median[best["ours"]], ceiling),
         "best_ours_fp32_vs_fp32_ceiling": ratio(median[best["ours_fp32"]], ceiling),
     }
+    if "ours_amp" in median and "ours_fp32" in median:
+        out["ours_amp_vs_ours_fp32"] = ratio(median["ours_amp"], median["ours_fp32"])
     if keras_bf16 and "ours_amp" in median:
         best["keras_bf16"] = max(keras_bf16, key=keras_bf16.get)
         out["ours_amp_vs_best_keras_bf16"] = ratio(median["ours_amp"], median[best["keras_bf16"]])
@@ -252,7 +254,8 @@ def report_head(benchmark: str, started: str, command: str, load_before: list, a
         "benchmark": benchmark,
         "date_utc": started,
         "command": command,
-        "machine": {"cpus": os.cpu_count(), "cpu_flags": machine.cpu_flags(), "platform": platform.platform(),
+        "machine": {"cpus": os.cpu_count(), "cpu_flags": machine.cpu_flags(), "native_bf16": machine.native_bf16(),
+                    "platform": platform.platform(),
                     "tensorflow": tf.__version__, "load_average_before": load_before,
                     "load_average_after": list(os.getloadavg())},
         "settings": {"batch_size": args.batch_size, "max_rows": args.max_rows, "window_seconds": args.window_seconds,
@@ -298,11 +301,22 @@ def markdown(result: dict, facts: dict) -> list[str]:
                      f"| {w:,.0f} ({ratio(w, keras_wall):.2f}x) | {p:,.0f} ({ratio(p, keras_cpu):.2f}x) | {cores} |")
     for key in ("ratios_best_window", "ratios_wall", "ratios_cpu_time"):
         lines += ["", f"{key}: " + ", ".join(f"{k} = {v}" for k, v in result[key].items() if k != "best")]
-    return lines + [
+    return lines + bf16_caveat(result) + [
         "", "GEMM GFLOP/s (wall): " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_wall"].items())
         + "; per CPU-second: " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_per_cpu_second"].items())
         + f". Ceiling = GEMM FLOP/s / {MFLOP_PER_SAMPLE} MFLOP per sample.", "",
         f"Command: `{result['command']}`"]
+
+
+def bf16_caveat(result: dict) -> list[str]:
+    """On a CPU without bfloat16 instructions, the report's line saying so: there `--amp` is emulated and
+    slower than fp32, so its ratios measure the emulation, not a target (`result`: `summarise`'s)."""
+    if result["machine"]["native_bf16"]:
+        return []
+    amp_vs_fp32 = result["ratios_best_window"].get("ours_amp_vs_ours_fp32")
+    measured = f" (here ours_amp runs at {amp_vs_fp32}x of ours_fp32, best windows)" if amp_vs_fp32 else ""
+    return ["", f"This CPU has no bfloat16 instructions (no AVX512-BF16 or AMX): bfloat16 is emulated and slower "
+                f"than fp32{measured}, so the bf16 ratios above do not measure a bf16 target."]
 
 
 def throughput_parser(name: str, description: str, batch_size: int, batch_help: str, max_rows: int,

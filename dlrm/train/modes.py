@@ -17,8 +17,10 @@ import tensorflow as tf
 from dlrm import dist
 from dlrm.checkpoint_layout import find_checkpoint, restore_source
 from dlrm.config import Config, TrainConfig
+from dlrm.cpu_info import cpu_flags, native_bf16
 from dlrm.data.format.errors import MappingTooSmall
 from dlrm.errors import PathError
+from dlrm.model import precision
 from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
 from dlrm.train.benchmark import train_benchmark
@@ -137,6 +139,11 @@ def log_features(parts: Parts, dataset_dir: str, log: MetricsLog) -> None:
     log.message(f"{parameter_count(parts.model):,} trainable parameters ({len(parts.embeddings.tables)} embedding "
                 f"tables, {sum(t.dim for t in parts.embeddings.tables)} values per row)")
     log.event("features", 0, numerical=list(contract.numerical), tables=checkpoint.table_records(contract))
+    flags = cpu_flags()
+    amp_note = precision.amp_note(config.train.amp, flags)
+    if amp_note:
+        log.message(amp_note)
+        log.event("precision", 0, compute_dtype=precision.compute_dtype(True).name, native_bf16=native_bf16(flags))
 
 
 def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> None:

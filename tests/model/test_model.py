@@ -202,3 +202,42 @@ def test_amp_computes_in_bfloat16_on_cpu_with_float32_variables():
     assert model.top_mlp.dense_layers[0].compute_dtype == "bfloat16"
     assert model.top_mlp.dense_layers[0].kernel.dtype == tf.float32
     assert all(t.dtype == tf.float32 for t in model.embedding_variables)
+
+
+X86_CPUINFO = """processor\t: 0
+model name\t: Some x86 CPU
+flags\t\t: fpu sse avx2 fma {extra}
+vmx flags\t: vnmi preemption_timer
+"""
+ARM_CPUINFO = """processor\t: 0
+Features\t: fp asimd evtstrm {extra}
+CPU implementer\t: 0x41
+"""
+
+
+@pytest.mark.parametrize("cpuinfo, extra, native", [
+    (X86_CPUINFO, "avx512f avx512_bf16", True), (X86_CPUINFO, "amx_bf16 amx_tile", True),
+    (X86_CPUINFO, "avx512f avx512_vnni", False), (X86_CPUINFO, "", False),
+    (ARM_CPUINFO, "sve bf16", True), (ARM_CPUINFO, "sve", False)])
+def test_amp_note_says_whether_this_cpu_computes_bfloat16_natively(tmp_path, cpuinfo, extra, native):
+    """--amp on CPU computes in bfloat16: native with AVX512-BF16 / AMX (x86) or BF16 (Arm), emulated and
+    slower than float32 elsewhere, which the start-up line says (read from a given /proc/cpuinfo)."""
+    from dlrm.cpu_info import cpu_flags, cpu_model, native_bf16
+    from dlrm.model.precision import amp_note
+
+    path = tmp_path / "cpuinfo"
+    path.write_text(cpuinfo.format(extra=extra))
+    flags = cpu_flags(str(path))
+    assert "vnmi" not in flags and ("fma" in flags or "asimd" in flags)
+    assert native_bf16(flags) == native
+    assert amp_note(False, flags) is None
+    note = amp_note(True, flags)
+    assert note is not None
+    if native:
+        assert note == "--amp: the dense part computes in bfloat16 (this CPU has bfloat16 instructions)"
+    else:
+        assert note.startswith("warning: --amp: this CPU has no bfloat16 instructions")
+        assert "slower than float32" in note
+    if cpuinfo is X86_CPUINFO:
+        assert cpu_model(str(path)) == "Some x86 CPU"
+    assert cpu_flags(str(tmp_path / "absent")) == frozenset()

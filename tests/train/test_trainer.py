@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from dlrm.cli import parse_config
+from dlrm.cpu_info import cpu_flags, native_bf16
 from dlrm.data.format.errors import DataError
 from dlrm.data.reader.reader import BatchReader
 from dlrm.dist import single_process
@@ -55,6 +56,8 @@ def test_few_steps_train_evaluate_log_and_checkpoint(synthetic_dir, tmp_path, ar
     assert [r["step"] for r in train] == [2, 4, 6]
     assert all(math.isfinite(r["loss"]) and r["samples_per_sec"] > 0 and r["lr"] >= 0 for r in train)
     assert [r["step"] for r in evals] == [3, 6] and evals[-1]["auc"] == result.auc
+    precision = [(r["compute_dtype"], r["native_bf16"]) for r in records if r["kind"] == "precision"]
+    assert precision == ([("bfloat16", native_bf16(cpu_flags()))] if "--amp" in extra else [])
     assert evals[-1]["bayes_auc"] == result.bayes_auc
     assert os.path.getsize(tmp_path / "run/metrics.png") > 1000
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run/tensorboard"))
