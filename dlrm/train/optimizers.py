@@ -223,8 +223,8 @@ class SparseRMSprop(SparseOptimizer):
     slot_names = SLOT_NAMES["rmsprop"]
     epsilon = 1e-7
 
-    def __init__(self, schedule, name: str, rho: float = 0.9):
-        super().__init__(schedule, name)
+    def __init__(self, schedule, name: str, rho: float = 0.9, subtract_rows: Optional[RowSubtraction] = None):
+        super().__init__(schedule, name, subtract_rows)
         self.rho = float(rho)
 
     def _apply_dense(self, var, slots, grad, lr, step):
@@ -246,8 +246,9 @@ class SparseFtrl(SparseOptimizer):
 
     slot_names = SLOT_NAMES["ftrl"]
 
-    def __init__(self, schedule, name: str, initial_accumulator: float = 0.1):
-        super().__init__(schedule, name)
+    def __init__(self, schedule, name: str, initial_accumulator: float = 0.1,
+                 subtract_rows: Optional[RowSubtraction] = None):
+        super().__init__(schedule, name, subtract_rows)
         if initial_accumulator <= 0:
             raise ValueError(f"FTRL's initial accumulator must be > 0, got {initial_accumulator}")
         self.initial_accumulator = float(initial_accumulator)
@@ -406,13 +407,15 @@ OPTIMIZERS = {"sgd": SparseSGD, "adagrad": SparseAdagrad, "adam": SparseAdam, "r
 WIDEDEEP_RMSPROP_RHO = 0.5
 
 
-def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks_true: Optional[Callable] = None):
+def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks_true: Optional[Callable] = None,
+                    subtract_rows: Optional[RowSubtraction] = None):
     """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP.
 
     `all_ranks_true` (e.g. `ProcessGroup.all_ranks_true`) makes loss scaling's skip decision global.
+    `subtract_rows`: how the tables' rows are subtracted (default: `RowSubtraction()`, this TensorFlow's choice).
     """
     cls = named_choice(OPTIMIZERS, cfg.optimizer, "optimizer")
-    optimizer = cls(schedule, name=cfg.optimizer)
+    optimizer = cls(schedule, name=cfg.optimizer, subtract_rows=subtract_rows)
     return LossScaledOptimizer(optimizer, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else optimizer
 
 

@@ -87,8 +87,8 @@ def test_every_optimizer_gives_the_same_bits_on_either_path(name):
     runs = []
     for compiled in (False, True):
         tables = _tables()
-        optimizer = build_optimizer(config, ReferenceSchedule(config))
-        optimizer.subtract_rows = RowSubtraction(compiled=compiled, compile_from_rows=1)
+        optimizer = build_optimizer(config, ReferenceSchedule(config),
+                                    subtract_rows=RowSubtraction(compiled=compiled, compile_from_rows=1))
         optimizer.build(tables)
         step = tf.function(lambda rows, updates: optimizer.apply(
             [(tf.IndexedSlices(u, r, tf.constant(t.shape.as_list(), tf.int64)), t)
