@@ -301,20 +301,21 @@ def markdown(result: dict, facts: dict) -> list[str]:
                      f"| {w:,.0f} ({ratio(w, keras_wall):.2f}x) | {p:,.0f} ({ratio(p, keras_cpu):.2f}x) | {cores} |")
     for key in ("ratios_best_window", "ratios_wall", "ratios_cpu_time"):
         lines += ["", f"{key}: " + ", ".join(f"{k} = {v}" for k, v in result[key].items() if k != "best")]
-    return lines + bf16_caveat(result) + [
+    return lines + bf16_caveat(result, result["ratios_best_window"].get("ours_amp_vs_ours_fp32")) + [
         "", "GEMM GFLOP/s (wall): " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_wall"].items())
         + "; per CPU-second: " + ", ".join(f"{k} = {v}" for k, v in result["gemm_gflops_per_cpu_second"].items())
         + f". Ceiling = GEMM FLOP/s / {MFLOP_PER_SAMPLE} MFLOP per sample.", "",
         f"Command: `{result['command']}`"]
 
 
-def bf16_caveat(result: dict) -> list[str]:
+def bf16_caveat(result: dict, amp_vs_fp32: Optional[float]) -> list[str]:
     """On a CPU without bfloat16 instructions, the report's line saying so: there `--amp` is emulated and
-    slower than fp32, so its ratios measure the emulation, not a target (`result`: `summarise`'s)."""
+    slower than fp32, so its ratios measure the emulation, not a target (`result`: a report with `report_head`'s
+    machine; `amp_vs_fp32`: ours with `--amp` over ours in fp32, best windows, if measured)."""
     if result["machine"]["native_bf16"]:
         return []
-    amp_vs_fp32 = result["ratios_best_window"].get("ours_amp_vs_ours_fp32")
-    measured = f" (here ours_amp runs at {amp_vs_fp32}x of ours_fp32, best windows)" if amp_vs_fp32 else ""
+    measured = f" (here the trainer's `--amp` step runs at {amp_vs_fp32}x of its fp32 step, best windows)" \
+        if amp_vs_fp32 else ""
     return ["", f"This CPU has no bfloat16 instructions (no AVX512-BF16 or AMX): bfloat16 is emulated and slower "
                 f"than fp32{measured}, so the bf16 ratios above do not measure a bf16 target."]
 

@@ -34,6 +34,7 @@ from benchmarks import machine
 from benchmarks.train_throughput import (
     Candidate,
     begin_run,
+    bf16_caveat,
     candidate_row,
     fit_run,
     gemm,
@@ -92,12 +93,13 @@ def reference_spec(tables: Sequence[TableConfig]) -> FeatureSpec:
     return spec
 
 
-def ours(tables: Sequence[TableConfig], batches, args, xla: bool) -> List[Candidate]:
-    """The trainer's own train and predict steps of `--arch widedeep` (one process), `--xla` or not."""
+def ours(tables: Sequence[TableConfig], batches, args, xla: bool = False, amp: bool = False) -> List[Candidate]:
+    """The trainer's own train and predict steps of `--arch widedeep` (one process), `--xla` or not, `--amp` or
+    not (the bf16 variants are their own groups: compared with Keras' `mixed_bfloat16`, not with fp32)."""
     config = Config(model=ModelConfig(arch="widedeep", deep_dropout=args.dropout),
                     optimizer=OptimizerConfig(linear_learning_rate=args.linear_learning_rate,
                                               deep_learning_rate=args.deep_learning_rate, deep_warmup_epochs=0.0),
-                    train=TrainConfig(xla=xla))
+                    train=TrainConfig(xla=xla, amp=amp))
     parts = parts_for_spec(config, reference_spec(tables), single_process(), with_optimizer=True)
     parts.training_optimizer().schedule.set_steps_per_epoch(1 << 30)  # the deep rate stays at its first phase
     train_step, predict_step = make_train_step(parts), make_predict_step(parts.model)
@@ -119,9 +121,9 @@ def ours(tables: Sequence[TableConfig], batches, args, xla: bool) -> List[Candid
         np.asarray(out)
         return steps * int(batches[0][0].shape[0])
 
-    suffix = "_xla" if xla else ""
-    return [Candidate(f"ours_widedeep_train{suffix}", "ours", train, extra={"xla": xla}),
-            Candidate(f"ours_widedeep_predict{suffix}", "ours_eval", predict, extra={"xla": xla})]
+    suffix, group = ("_amp" if amp else "") + ("_xla" if xla else ""), "ours" + ("_bf16" if amp else "")
+    return [Candidate(f"ours_widedeep_train{suffix}", group, train, extra={"xla": xla, "amp": amp}),
+            Candidate(f"ours_widedeep_predict{suffix}", f"{group}_eval", predict, extra={"xla": xla, "amp": amp})]
 
 
 class BagLookup(keras.layers.Layer):
@@ -137,8 +139,9 @@ class BagLookup(keras.layers.Layer):
         return tf.reduce_sum(vectors * mask, axis=1)
 
 
-def keras_widedeep(tables: Sequence[TableConfig], dropout: float) -> keras.Model:
-    """`keras.experimental.WideDeepModel` with NVIDIA's inputs, initialisers and widths."""
+def keras_widedeep(tables: Sequence[TableConfig], dropout: float, policy: str = "float32") -> keras.Model:
+    """`keras.experimental.WideDeepModel` with NVIDIA's inputs, initialisers and widths; `policy`: the deep
+    MLP's Keras dtype policy (the trainer's `--amp` computes the same layers in bfloat16)."""
     inputs = {"numerical": keras.Input([len(NUMERICAL_FEATURES)], dtype=tf.float32, name="numerical"),
               "categorical": keras.Input([sum(t.hotness for t in tables)], dtype=tf.int32, name="categorical")}
     starts = np.cumsum([0] + [t.hotness for t in tables])
@@ -152,15 +155,15 @@ def keras_widedeep(tables: Sequence[TableConfig], dropout: float) -> keras.Model
     linear = keras.Model(inputs, wide, name="linear")
     x = keras.layers.Concatenate()(bags(lambda t: t.dim, "glorot_normal", "deep") + [inputs["numerical"]])
     for units in DEEP_HIDDEN_UNITS:
-        x = keras.layers.Dense(units, activation="relu")(x)
-        x = keras.layers.Dropout(dropout)(x)
-    deep = keras.Model(inputs, keras.layers.Dense(1)(x), name="deep")
+        x = keras.layers.Dense(units, activation="relu", dtype=policy)(x)
+        x = keras.layers.Dropout(dropout, dtype=policy)(x)
+    deep = keras.Model(inputs, keras.layers.Dense(1, dtype="float32")(x), name="deep")
     return keras.experimental.WideDeepModel(linear, deep, activation=None)
 
 
-def keras(tables, batches, args) -> List[Candidate]:
+def keras_candidates(tables, batches, args, policy: str = "float32") -> List[Candidate]:
     """Training (`fit`) and evaluation (`predict_on_batch`) candidates of the Keras baseline."""
-    model = keras_widedeep(tables, args.dropout)
+    model = keras_widedeep(tables, args.dropout, policy)
     model.compile(optimizer=[keras.optimizers.legacy.Ftrl(args.linear_learning_rate),
                              keras.optimizers.legacy.RMSprop(args.deep_learning_rate, rho=0.5)],
                   loss=keras.losses.BinaryCrossentropy(from_logits=True))
@@ -174,7 +177,9 @@ def keras(tables, batches, args) -> List[Candidate]:
         np.asarray(out)
         return steps * batch_size
 
-    return [Candidate("keras_widedeep_fit", "keras", train), Candidate("keras_widedeep_predict", "keras_eval", predict)]
+    suffix, group = ("_bf16", "keras_bf16") if policy == "mixed_bfloat16" else ("", "keras")
+    return [Candidate(f"keras_widedeep_fit{suffix}", group, train),
+            Candidate(f"keras_widedeep_predict{suffix}", f"{group}_eval", predict)]
 
 
 def summarise(candidates: List[Candidate], args, started: str, load_before, command: str, mflop: float) -> dict:
@@ -196,6 +201,16 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
             "ours_train_vs_fp32_ceiling": ratio(values.get(ours_train, 0.0), values.get("ceiling_gemm_float32", 0.0)),
             "best_keras_train": keras_train, "best_keras_eval": keras_eval,
         }
+        if best_of("ours_bf16", values) and best_of("keras_bf16", values):
+            headline[label].update({
+                "ours_amp_train_vs_keras_bf16_train": ratio(values[best_of("ours_bf16", values)],
+                                                            values[best_of("keras_bf16", values)]),
+                "ours_amp_eval_vs_keras_bf16_eval": ratio(values[best_of("ours_bf16_eval", values)],
+                                                          values[best_of("keras_bf16_eval", values)]),
+                "ours_amp_train_vs_ours_fp32_train": ratio(values[best_of("ours_bf16", values)],
+                                                           values.get(ours_train, 0.0)),
+                "ours_amp_train_vs_bf16_ceiling": ratio(values[best_of("ours_bf16", values)],
+                                                        values.get("ceiling_gemm_bfloat16", 0.0))})
     return {
         **report_head("widedeep_throughput", started, command, load_before, args, dropout=args.dropout,
                       mflop_per_sample=round(mflop, 3), table_rows=[t.rows for t in args.tables]),
@@ -221,8 +236,10 @@ def markdown(result: dict, facts: dict) -> List[str]:
                      f"| {c['median_samples_per_cpu_second']:,.0f} | {cores} |")
     for label, values in result["ratios"].items():
         lines += ["", f"{label}: " + ", ".join(f"{k} = {v}" for k, v in values.items())]
-    return lines + ["", f"Ceiling = GEMM FLOP/s / {s['mflop_per_sample']} MFLOP per sample (the deep MLP, "
-                        "forward + backward).", "", f"Command: `{result['command']}`"]
+    amp_vs_fp32 = result["ratios"]["best_window"].get("ours_amp_train_vs_ours_fp32_train")
+    return lines + bf16_caveat(result, amp_vs_fp32) + [
+        "", f"Ceiling = GEMM FLOP/s / {s['mflop_per_sample']} MFLOP per sample (the deep MLP, forward + backward).",
+        "", f"Command: `{result['command']}`"]
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -242,9 +259,11 @@ def main(argv: Optional[List[str]] = None) -> dict:
     args.tables = capped_tables(args.max_rows)
     mflop = mlp_mflop_per_sample(sum(t.dim for t in args.tables) + len(NUMERICAL_FEATURES), DEEP_HIDDEN_UNITS)
     batches = make_batches(args.tables, args.batch_size, count=3)
-    candidates = [*ours(args.tables, batches, args, xla=False), *ours(args.tables, batches, args, xla=True),
-                  *keras(args.tables, batches, args),
-                  gemm(args.batch_size, tf.float32, mflop)]
+    candidates = [*ours(args.tables, batches, args), *ours(args.tables, batches, args, xla=True),
+                  *ours(args.tables, batches, args, amp=True),
+                  *keras_candidates(args.tables, batches, args),
+                  *keras_candidates(args.tables, batches, args, policy="mixed_bfloat16"),
+                  gemm(args.batch_size, tf.float32, mflop), gemm(args.batch_size, tf.bfloat16, mflop)]
     candidates = [c for c in candidates if c.name not in args.skip]
     measure(candidates, args.window_seconds, args.rounds)
     result = summarise(candidates, args, started, load_before, command, mflop)
