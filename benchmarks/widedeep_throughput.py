@@ -15,12 +15,14 @@ every round), medians and best windows reported, so machine noise hits every can
   FTRL update (`ResourceSparseApplyFtrl`), so Keras' compiled train step fails at its first call.
 - ceiling: TensorFlow fp32 matmul FLOP/s on [batch, 1024] x [1024, 1024] divided by the W&D MLP's FLOPs per
   sample (forward + backward).
+- bf16: ours with `--amp` against Keras with the deep MLP under `mixed_bfloat16`, and the bf16 GEMM ceiling,
+  reported apart from fp32 (on a CPU without bfloat16 instructions the report says they are emulated).
 
 Data: a few in-memory random batches (ids uniform per table; multi-hot bags of 1..3 ids padded with -1),
 cycled, identical for every candidate. Tables are the reference's (`dlrm.data.synthetic.widedeep_reference`), capped
 at --max_rows rows. Writes JSON + a markdown table.
 
-    .venv/bin/python -m benchmarks.widedeep_throughput          # ~10 minutes on 2 cores
+    .venv/bin/python -m benchmarks.widedeep_throughput          # ~15 minutes on 2 cores
 """
 from __future__ import annotations
 
