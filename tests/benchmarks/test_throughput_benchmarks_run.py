@@ -1,0 +1,48 @@
+"""The training-throughput benchmarks run end to end at a tiny size and write their reports: every candidate
+measured, the headline ratios finite, and the bfloat16 caveat present exactly when this CPU has no bfloat16
+instructions. Their figures are not checked (benchmarks/, not tests, hold speed); that they run is."""
+import json
+import math
+import subprocess
+import sys
+
+from dlrm.cpu_info import cpu_flags, native_bf16
+from tests.support import ROOT
+
+TINY = ["--max_rows", "64", "--batch_size", "32", "--window_seconds", "0.05", "--rounds", "1"]
+# XLA compiles take most of a tiny run's time; the --xla variants are the same steps, compiled.
+SKIP_XLA = ["--skip", "ours_fp32_xla", "ours_amp_xla", "keras_fit_fp32_jit", "ours_widedeep_train_xla",
+            "ours_widedeep_predict_xla"]
+
+
+def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
+    train_json, widedeep_json = tmp_path / "train.json", tmp_path / "widedeep.json"
+    script = ("import sys; from benchmarks import train_throughput, widedeep_throughput; "
+              "train_throughput.main(sys.argv[3:] + ['--output', sys.argv[1]]); "
+              "widedeep_throughput.main(sys.argv[3:] + ['--output', sys.argv[2]])")
+    done = subprocess.run([sys.executable, "-c", script, str(train_json), str(widedeep_json), *TINY, *SKIP_XLA],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    native = native_bf16(cpu_flags())
+    train = json.loads(train_json.read_text())
+    assert {c["name"] for c in train["candidates"]} >= {"ours_fp32", "ours_amp", "keras_fit_fp32", "keras_fit_bf16",
+                                                        "ceiling_gemm_float32", "ceiling_gemm_bfloat16"}
+    ratios = train["ratios_best_window"]
+    assert all(math.isfinite(ratios[k]) and ratios[k] > 0 for k in
+               ("best_ours_fp32_vs_best_keras_fp32", "ours_amp_vs_ours_fp32", "ours_amp_vs_best_keras_bf16"))
+    assert train["machine"]["native_bf16"] == native
+
+    widedeep = json.loads(widedeep_json.read_text())
+    assert {c["name"] for c in widedeep["candidates"]} == {
+        "ours_widedeep_train", "ours_widedeep_predict", "ours_widedeep_train_amp", "ours_widedeep_predict_amp",
+        "keras_widedeep_fit", "keras_widedeep_predict",
+        "keras_widedeep_fit_bf16", "keras_widedeep_predict_bf16", "ceiling_gemm_float32", "ceiling_gemm_bfloat16"}
+    headline = widedeep["ratios"]["best_window"]
+    assert all(math.isfinite(headline[k]) and headline[k] > 0 for k in
+               ("ours_train_vs_best_keras_train", "ours_amp_train_vs_keras_bf16_train",
+                "ours_amp_train_vs_ours_fp32_train"))
+
+    for report in (train_json, widedeep_json):
+        table = report.with_suffix(".md").read_text()
+        assert ("This CPU has no bfloat16 instructions" in table) == (not native), table
