@@ -19,7 +19,7 @@ from dlrm import cpu_info
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: data/ and benchmarks/results/
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
-FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "f16c")
+FLAGS_THAT_MATTER = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "f16c", "bf16")
 
 T = TypeVar("T")
 

@@ -315,9 +315,9 @@ def bf16_caveat(result: dict, amp_vs_fp32: Optional[float]) -> list[str]:
     if result["machine"]["native_bf16"]:
         return []
     measured = f" (here the trainer's `--amp` step runs at {amp_vs_fp32}x of its fp32 step, best windows)" \
-        if amp_vs_fp32 else ""
-    return ["", f"This CPU has no bfloat16 instructions (no AVX512-BF16 or AMX): bfloat16 is emulated and slower "
-                f"than fp32{measured}, so the bf16 ratios above do not measure a bf16 target."]
+        if amp_vs_fp32 is not None and math.isfinite(amp_vs_fp32) else ""
+    return ["", f"This CPU has no bfloat16 instructions (no AVX512-BF16, AMX or Arm BF16): bfloat16 is emulated and "
+                f"slower than fp32{measured}, so the bf16 ratios above do not measure a bf16 target."]
 
 
 def throughput_parser(name: str, description: str, batch_size: int, batch_help: str, max_rows: int,

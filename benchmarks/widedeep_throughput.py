@@ -196,23 +196,18 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
     headline = {}
     for label, values in (("best_window", best), ("median", wall), ("median_per_cpu_second", cpu)):
         keras_train, keras_eval = best_of("keras", values), best_of("keras_eval", values)
-        ours_train, ours_eval = best_of("ours", values), best_of("ours_eval", values)
-        headline[label] = {
-            "ours_train_vs_best_keras_train": ratio(values.get(ours_train, 0.0), values.get(keras_train, 0.0)),
-            "ours_eval_vs_best_keras_eval": ratio(values.get(ours_eval, 0.0), values.get(keras_eval, 0.0)),
-            "ours_train_vs_fp32_ceiling": ratio(values.get(ours_train, 0.0), values.get("ceiling_gemm_float32", 0.0)),
-            "best_keras_train": keras_train, "best_keras_eval": keras_eval,
+        pairs = {  # ratio name: (numerator, denominator); a ratio whose candidate was skipped is left out
+            "ours_train_vs_best_keras_train": (best_of("ours", values), keras_train),
+            "ours_eval_vs_best_keras_eval": (best_of("ours_eval", values), keras_eval),
+            "ours_train_vs_fp32_ceiling": (best_of("ours", values), "ceiling_gemm_float32"),
+            "ours_amp_train_vs_keras_bf16_train": (best_of("ours_bf16", values), best_of("keras_bf16", values)),
+            "ours_amp_eval_vs_keras_bf16_eval": (best_of("ours_bf16_eval", values), best_of("keras_bf16_eval", values)),
+            "ours_amp_train_vs_ours_fp32_train": ("ours_widedeep_train_amp", "ours_widedeep_train"),  # both without XLA
+            "ours_amp_train_vs_bf16_ceiling": (best_of("ours_bf16", values), "ceiling_gemm_bfloat16"),
         }
-        if best_of("ours_bf16", values) and best_of("keras_bf16", values):
-            headline[label].update({
-                "ours_amp_train_vs_keras_bf16_train": ratio(values[best_of("ours_bf16", values)],
-                                                            values[best_of("keras_bf16", values)]),
-                "ours_amp_eval_vs_keras_bf16_eval": ratio(values[best_of("ours_bf16_eval", values)],
-                                                          values[best_of("keras_bf16_eval", values)]),
-                "ours_amp_train_vs_ours_fp32_train": ratio(values[best_of("ours_bf16", values)],
-                                                           values.get(ours_train, 0.0)),
-                "ours_amp_train_vs_bf16_ceiling": ratio(values[best_of("ours_bf16", values)],
-                                                        values.get("ceiling_gemm_bfloat16", 0.0))})
+        headline[label] = {**{name: ratio(values[a], values[b]) for name, (a, b) in pairs.items()
+                              if a in values and b in values},
+                           "best_keras_train": keras_train, "best_keras_eval": keras_eval}
     return {
         **report_head("widedeep_throughput", started, command, load_before, args, dropout=args.dropout,
                       mflop_per_sample=round(mflop, 3), table_rows=[t.rows for t in args.tables]),

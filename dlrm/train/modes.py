@@ -143,7 +143,9 @@ def log_features(parts: Parts, dataset_dir: str, log: MetricsLog) -> None:
     amp_note = precision.amp_note(config.train.amp, flags)
     if amp_note:
         log.message(amp_note)
-        log.event("precision", 0, compute_dtype=precision.compute_dtype(True).name, native_bf16=native_bf16(flags))
+        dtype = precision.compute_dtype(True)
+        log.event("precision", 0, compute_dtype=dtype.name,
+                  **({"native_bf16": native_bf16(flags)} if dtype == tf.bfloat16 else {}))
 
 
 def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> None:

@@ -246,9 +246,8 @@ class SparseFtrl(SparseOptimizer):
 
     slot_names = SLOT_NAMES["ftrl"]
 
-    def __init__(self, schedule, name: str, initial_accumulator: float = 0.1,
-                 subtract_rows: Optional[RowSubtraction] = None):
-        super().__init__(schedule, name, subtract_rows)
+    def __init__(self, schedule, name: str, initial_accumulator: float = 0.1):
+        super().__init__(schedule, name)
         if initial_accumulator <= 0:
             raise ValueError(f"FTRL's initial accumulator must be > 0, got {initial_accumulator}")
         self.initial_accumulator = float(initial_accumulator)
@@ -412,10 +411,12 @@ def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks
     """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP.
 
     `all_ranks_true` (e.g. `ProcessGroup.all_ranks_true`) makes loss scaling's skip decision global.
-    `subtract_rows`: how the tables' rows are subtracted (default: `RowSubtraction()`, this TensorFlow's choice).
+    `subtract_rows`: how the tables' rows are subtracted (default: `RowSubtraction()`, this TensorFlow's choice);
+    FTRL writes its rows and takes none.
     """
     cls = named_choice(OPTIMIZERS, cfg.optimizer, "optimizer")
-    optimizer = cls(schedule, name=cfg.optimizer, subtract_rows=subtract_rows)
+    options = {} if subtract_rows is None else {"subtract_rows": subtract_rows}
+    optimizer = cls(schedule, name=cfg.optimizer, **options)
     return LossScaledOptimizer(optimizer, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else optimizer
 
 

@@ -6,6 +6,8 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from dlrm.cpu_info import cpu_flags, native_bf16
 from tests.support import ROOT
 
@@ -15,6 +17,7 @@ SKIP_XLA = ["--skip", "ours_fp32_xla", "ours_amp_xla", "keras_fit_fp32_jit", "ou
             "ours_widedeep_predict_xla"]
 
 
+@pytest.mark.slow
 def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
     train_json, widedeep_json = tmp_path / "train.json", tmp_path / "widedeep.json"
     script = ("import sys; from benchmarks import train_throughput, widedeep_throughput; "

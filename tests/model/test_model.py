@@ -238,6 +238,6 @@ def test_amp_note_says_whether_this_cpu_computes_bfloat16_natively(tmp_path, cpu
     else:
         assert note.startswith("warning: --amp: this CPU has no bfloat16 instructions")
         assert "slower than float32" in note
-    if cpuinfo is X86_CPUINFO:
+    if cpuinfo == X86_CPUINFO:
         assert cpu_model(str(path)) == "Some x86 CPU"
     assert cpu_flags(str(tmp_path / "absent")) == frozenset()
