@@ -5,6 +5,9 @@
 STACK ?= $(or $(DLRM_STACK),current)
 VENV ?= $(or $(DLRM_VENV),$(if $(filter horovod,$(STACK)),.venv-horovod,.venv))
 PY := $(VENV)/bin/python
+# pytest-xdist workers (tests/conftest.py: the multi-process tests run one at a time on one of them).
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 # The other stack's interpreter, for the tests that restore one stack's checkpoints on the other.
 OTHER_VENV ?= $(if $(filter horovod,$(STACK)),.venv,.venv-horovod)
 
@@ -21,13 +24,13 @@ lint: env
 	$(PY) -m mypy
 
 test: lint
-	$(PY) -m pytest -v --durations=25 tests
+	$(PYTEST) -v --durations=25 tests
 
 test-fast: env
-	$(PY) -m pytest -v -m "not slow" tests
+	$(PYTEST) -v -m "not slow" tests
 
 # CI's second lane (`make STACK=horovod test-horovod-lane`, docs/testing.md): on the Horovod stack, the
 # tests marked both_stacks (tests/conftest.py); every test runs on the current stack (`make test`).
 test-horovod-lane: lint
 	DLRM_OTHER_STACK_PYTHON="$(abspath $(OTHER_VENV))/bin/python" \
-	  $(PY) -m pytest -v --durations=25 -m both_stacks tests
+	  $(PYTEST) -v --durations=25 -m both_stacks tests

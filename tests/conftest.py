@@ -4,6 +4,11 @@ test-horovod-lane`) runs besides the first lane's whole suite on the current sta
 that is the Horovod backend (marked where it is launched), checkpoints crossing stacks, export, and the
 TensorFlow/Keras-dependent code below, whose files are marked here as a whole; code that does not
 depend on the stack (data, planner arithmetic, launch scripts, Spark) runs once, on the current stack.
+
+`make test` runs the suite on two pytest-xdist workers. The tests that start several processes, daemons or
+a Spark session (markers `multirank`, `slurm`, `spark`) form one group, run one at a time on one worker,
+because they use both cores, fixed ports or bounds on how fast a job ends; beside them the other worker runs
+the rest, a test module per unit, so that a module's fixtures are built once.
 """
 import pytest
 
@@ -14,7 +19,30 @@ TENSORFLOW_DEPENDENT = ("tests/model/", "tests/embedding/", "tests/train/test_ch
                         "tests/train/test_widedeep_optimizers.py", "tests/export/")
 
 
-def pytest_collection_modifyitems(items):
+ONE_AT_A_TIME = ("multirank", "slurm", "spark")
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The worker group of a test: one for every test that must run alone, else its module."""
+    if any(item.get_closest_marker(marker) for marker in ONE_AT_A_TIME):
+        return "one_at_a_time"
+    return item.nodeid.split("::")[0]
+
+
+def pytest_collection_finish(session):
+    """Refuse to run ungrouped under --dist loadgroup (pytest-xdist marks a test's group in its node id;
+    pytest 9 ignores that, and the multi-process tests would then run two at a time)."""
+    if session.config.getoption("dist", "no") == "loadgroup" and hasattr(session.config, "workerinput"):
+        ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(f"--dist loadgroup did not group {ungrouped[0]} (pytest {pytest.__version__}; "
+                                    f"requirements.txt pins the pytest that keeps pytest-xdist's groups)")
+
+
+def pytest_collection_modifyitems(config, items):
+    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         if item.nodeid.startswith(TENSORFLOW_DEPENDENT):
             item.add_marker(pytest.mark.both_stacks)
+        if grouped:
+            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))

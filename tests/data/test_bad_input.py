@@ -406,7 +406,8 @@ def test_a_synthetic_dir_in_the_way_is_one_message_and_left_alone(tmp_path):
     for target, why in [(tmp_path / "mine", "is a non-empty directory that holds no dataset (no feature_spec.yaml): "
                                             "choose a new or empty directory"),
                         (tmp_path / "mine" / "notes.txt", "exists and is not a directory")]:
-        run = subprocess.run([sys.executable, "main.py", "--synthetic_dir", str(target), "--max_steps", "1"],
+        run = subprocess.run([sys.executable, "main.py", "--synthetic_dir", str(target), "--max_steps", "1",
+                              "--run_dir", str(tmp_path / "run")],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert run.returncode == 1 and run.stderr.splitlines()[-1] == f"error: --synthetic_dir {target} {why}", \
             run.stderr[-2000:]

@@ -176,22 +176,25 @@ def test_bad_ids_in_chunks_on_several_threads_report_the_earliest_row(tmp_path, 
 
 
 class _OutOfOrder:
-    """A `produce` for `prefetched` whose later items finish first: item i waits (briefly) until
-    item i + 1 is done, so of the items in flight the last taken finishes first."""
+    """A `produce` for `prefetched` whose workers finish out of order: item 0 finishes only after item 1
+    (with three workers both are in flight at once), whatever the threads' timing; item `fail_at` raises."""
 
     def __init__(self, count: int, fail_at: int = -1):
-        self.done = [threading.Event() for _ in range(count)]
-        self.started, self.finished, self.fail_at = [], [], fail_at
+        self.second_done = threading.Event()
+        self.started: list[int] = []
+        self.finished: list[int] = []
+        self.fail_at = fail_at
         self.lock = threading.Lock()
 
     def __call__(self, i: int) -> int:
         with self.lock:
             self.started.append(i)
-        if i + 1 < len(self.done):
-            self.done[i + 1].wait(timeout=0.1)  # i + 1 may not be taken yet: then give up waiting
+        if i == 0:
+            assert self.second_done.wait(timeout=60), "item 1 was never produced beside item 0"
         with self.lock:
             self.finished.append(i)
-        self.done[i].set()
+        if i == 1:
+            self.second_done.set()
         if i == self.fail_at:
             raise ValueError(f"item {i}")
         return i
@@ -227,8 +230,12 @@ def test_prefetch_fills_exactly_its_bound_and_closing_stops_the_waiting_workers(
     started = []
     iterator = prefetched(lambda i: started.append(i) or i, range(100), prefetch=1, workers=3)
     assert next(iterator) == 0
-    time.sleep(0.3)  # the workers fill the bound, then wait for the consumer
-    assert sorted(started) == list(range(1 + batches_ahead(1, 3)))  # 1 handed over + 4 ahead
+    bound = 1 + batches_ahead(1, 3)  # 1 handed over + 4 ahead
+    deadline = time.monotonic() + 60
+    while len(started) < bound and time.monotonic() < deadline:  # the workers fill the bound...
+        time.sleep(0.01)
+    time.sleep(0.2)  # ...then wait for the consumer: nothing more is taken
+    assert sorted(started) == list(range(bound))
     assert threading.active_count() == before + 3
     iterator.close()
     assert threading.active_count() == before

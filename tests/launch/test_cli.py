@@ -310,14 +310,14 @@ def test_bad_flags_are_rejected_with_a_clear_message(argv, message):
 # The parsers of every entry point; each value below is wrong for every typed flag.
 def _all_parsers():
     from dlrm.data.synthetic import cli as synthetic
-    from dlrm.data.synthetic import lr_baseline
+    from dlrm.data.synthetic import lr_baseline, outbrain_raw
     from dlrm.data.transcode import cli as transcode
     from dlrm.embedding.planner import cli as planner
     from dlrm.launch import cli as launch
 
     return {"main.py": build_parser(), "planner": planner.build_parser(), "synthetic": synthetic.build_parser(),
             "transcode": transcode.build_parser(), "launch": launch.build_parser(),
-            "lr_baseline": lr_baseline.build_parser()}
+            "lr_baseline": lr_baseline.build_parser(), "outbrain_raw": outbrain_raw.build_parser()}
 
 
 def _typed_flags():
