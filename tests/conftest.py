@@ -30,15 +30,16 @@ def xdist_group(item: pytest.Item) -> str:
 
 
 def pytest_collection_finish(session):
-    """Refuse to run ungrouped under --dist loadgroup (pytest-xdist marks a test's group in its node id;
-    pytest 9 ignores that, and the multi-process tests would then run two at a time)."""
-    if session.config.getoption("dist", "no") == "loadgroup" and hasattr(session.config, "workerinput"):
+    """Refuse to run ungrouped under --dist loadgroup: pytest-xdist marks a test's group in its node id
+    (pytest 9 ignores that), and the multi-process tests would then run two at a time."""
+    if getattr(session.config.option, "loadgroup", False):  # set on xdist's workers
         ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
         if ungrouped:
             raise pytest.UsageError(f"--dist loadgroup did not group {ungrouped[0]} (pytest {pytest.__version__}; "
                                     f"requirements.txt pins the pytest that keeps pytest-xdist's groups)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
