@@ -107,3 +107,10 @@ def map_at_k(groups, labels, scores, k: int = MAP_K) -> float:
         return float("nan")
     ap = ap_sum[has_click] / np.minimum(clicks_per_group[has_click], k)
     return float(np.mean(ap))
+
+
+def random_order_ap(sizes: np.ndarray, k: int = MAP_K) -> np.ndarray:
+    """Each group's expected AP@k when its `sizes` rows (one positive) come in a random order:
+    (1/n) * sum over ranks r <= min(n, k) of 1/r."""
+    harmonic = np.concatenate(([0.0], np.cumsum(1.0 / np.arange(1, k + 1))))
+    return harmonic[np.minimum(sizes, k)] / sizes

@@ -184,9 +184,3 @@ def expected_ap(score: np.ndarray, k: int = MAP_K) -> np.ndarray:
     np.put_along_axis(rank, order, np.broadcast_to(np.arange(1, score.shape[1] + 1), score.shape), axis=1)
     gain = np.where(rank <= k, 1.0 / rank, 0.0)
     return np.sum(click_probabilities(score) * gain, axis=1)
-
-
-def random_ap(sizes: np.ndarray, k: int = MAP_K) -> np.ndarray:
-    """Each display's expected AP@k under a random order of its `sizes` ads."""
-    harmonic = np.concatenate(([0.0], np.cumsum(1.0 / np.arange(1, k + 1))))
-    return harmonic[np.minimum(sizes, k)] / sizes

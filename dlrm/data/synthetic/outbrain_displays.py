@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlrm.data.outbrain import MS_PER_DAY
-from dlrm.data.synthetic.outbrain_click_model import ClickModel, expected_ap, random_ap, total_score
+from dlrm.data.synthetic.outbrain_click_model import ClickModel, expected_ap, total_score
 from dlrm.data.synthetic.outbrain_world import OTHER_COUNTRY_GROUP, Ads, World, later_duplicates, zipf_ranks
+from dlrm.exact_metrics import random_order_ap
 
 MIN_ADS, MAX_ADS = 2, 12
 EXTRA_ADS_P = 0.316  # ads per display = 2 + Binomial(10, p): mean 5.16 as in Kaggle's clicks_train
@@ -155,4 +156,4 @@ def sample_displays(rng: np.random.Generator, world: World, model: ClickModel, f
     score = total_score(terms, ads)
     clicked = np.argmax(score + rng.gumbel(size=score.shape), axis=1)
     return Displays(events=events, ads=ads, sizes=sizes, clicked=clicked, expected_ap=expected_ap(score),
-                    random_ap=random_ap(sizes), term_variance=term_variance(terms, shown, sizes))
+                    random_ap=random_order_ap(sizes), term_variance=term_variance(terms, shown, sizes))

@@ -39,7 +39,7 @@ from dlrm.data.synthetic.widedeep_model import (
     scale_to,
 )
 from dlrm.data.synthetic.widedeep_reference import FEATURES, GROUP_FEATURE, LABEL, NUMERICAL_FEATURES
-from dlrm.exact_metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k
+from dlrm.exact_metrics import MAP_K, exact_auc, log_loss_from_logits, map_at_k, random_order_ap
 from dlrm.feature_crosses import cross_name
 
 GENERATOR_VERSION = 3
@@ -250,9 +250,8 @@ def _softmax_logits(score: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 
 def chance_map(sizes: np.ndarray, k: int = MAP_K) -> float:
-    """Expected MAP@k of a random order: mean over displays of (1/n) sum_{r<=min(n,k)} 1/r."""
-    harmonic = np.concatenate(([0.0], np.cumsum(1.0 / np.arange(1, k + 1))))
-    return float(np.mean(harmonic[np.minimum(sizes, k)] / sizes))
+    """Expected MAP@k of a random order of each display's ads."""
+    return float(np.mean(random_order_ap(sizes, k)))
 
 
 def bayes_figures(groups: np.ndarray, labels: np.ndarray, parts: dict[str, np.ndarray], sizes: np.ndarray) -> dict:
