@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import re
 import sys
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from dlrm import argtypes
 from dlrm.data.format.errors import DataError
@@ -64,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep_work", action="store_true",
                    help="keep the lookup arrays and per-chunk files in <out_dir>/_work")
 
+    add_spark_arguments(p)
+    return p
+
+
+def add_spark_arguments(p: argparse.ArgumentParser) -> None:
+    """The Spark session's flags (and their PREPROC_* environment defaults), shared by every Spark job here."""
     s = p.add_argument_group("Spark (flags override the PREPROC_* environment variables)")
     s.add_argument("--master", default=_env("PREPROC_SPARK_MASTER", _SPARK_DEFAULTS.master),
                    help="Spark master: local[*] (default), local[N], spark://host:7077, yarn, ...")
@@ -91,7 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prints the host's GPUs as JSON; default preproc_spark3/get_gpus_resources.sh")
     g.add_argument("--gpus_per_executor", type=int, default=_SPARK_DEFAULTS.gpus_per_executor)
     g.add_argument("--concurrent_gpu_tasks", type=int, default=_SPARK_DEFAULTS.concurrent_gpu_tasks)
-    return p
 
 
 def _spark_conf_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -107,22 +113,27 @@ def _spark_conf_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
 GPU_FLAGS = ("--rapids_jar", "--gpu_discovery_script", "--gpus_per_executor", "--concurrent_gpu_tasks")
 
 
+def spark_settings(parser: argparse.ArgumentParser, argv: Sequence[str], a: argparse.Namespace) -> SparkSettings:
+    """The parsed `add_spark_arguments` flags -> SparkSettings; a typed flag that would change nothing is refused."""
+    argtypes.refuse_unless(parser, argv, a.gpu, GPU_FLAGS, "not used without --gpu")
+    argtypes.refuse_unless(parser, argv, not re.fullmatch(r"local(\[.*\])?", a.master), ("--executor_memory",),
+                           f"not used by --master {a.master} (in local mode the driver runs every task: "
+                           f"see --driver_memory)")
+    return SparkSettings(master=a.master, driver_memory=a.driver_memory, executor_memory=a.executor_memory,
+                         shuffle_partitions=a.shuffle_partitions, local_dir=a.local_dir,
+                         max_partition_bytes=a.max_partition_bytes, gpu=a.gpu, rapids_jar=a.rapids_jar,
+                         gpu_discovery_script=a.gpu_discovery_script, gpus_per_executor=a.gpus_per_executor,
+                         concurrent_gpu_tasks=a.concurrent_gpu_tasks,
+                         extra_conf=_spark_conf_pairs(a.spark_conf))
+
+
 def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
     """Flags -> PreprocConfig; a typed flag that would change nothing is refused (exit 2)."""
     parser, argv = build_parser(), argtypes.command_line(argv)
     a = parser.parse_args(argv)
-    argtypes.refuse_unless(parser, argv, a.gpu, GPU_FLAGS, "not used without --gpu")
     argtypes.refuse_unless(parser, argv, not a.no_shuffle, ("--seed",), "not used with --no_shuffle (it seeds the "
                            "training rows' shuffle)")
-    argtypes.refuse_unless(parser, argv, not re.fullmatch(r"local(\[.*\])?", a.master), ("--executor_memory",),
-                           f"not used by --master {a.master} (in local mode the driver runs every task: "
-                           f"see --driver_memory)")
-    spark = SparkSettings(master=a.master, driver_memory=a.driver_memory, executor_memory=a.executor_memory,
-                          shuffle_partitions=a.shuffle_partitions, local_dir=a.local_dir,
-                          max_partition_bytes=a.max_partition_bytes, gpu=a.gpu, rapids_jar=a.rapids_jar,
-                          gpu_discovery_script=a.gpu_discovery_script, gpus_per_executor=a.gpus_per_executor,
-                          concurrent_gpu_tasks=a.concurrent_gpu_tasks,
-                          extra_conf=_spark_conf_pairs(a.spark_conf))
+    spark = spark_settings(parser, argv, a)
     config = PreprocConfig(raw_dir=a.raw_dir, out_dir=a.out_dir, thresholds=a.frequency_threshold,
                            train_days=a.train_days, eval_day=a.eval_day,
                            dictionary_from_all_days=a.dictionary_from_all_days, log_offset=a.log_offset,
@@ -135,15 +146,23 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> PreprocConfig:
     return config
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def run_job(argv: Optional[Sequence[str]], parse: Callable[[Optional[Sequence[str]]], Any],
+            job: str) -> Optional[Any]:
+    """Parse the flags and run `job` ("module:function", imported late: flag errors need no Spark or data
+    layer); its result, or None after a user's mistake (bad input or settings), printed as one line."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    module, function = job.split(":")
     try:
-        config = parse_config(argv)
-        from preproc_spark3.pipeline import run  # imported late: flag errors need no Spark / data layer
-
-        result = run(config)
+        config = parse(argv)
+        return getattr(importlib.import_module(module), function)(config)
     except (PreprocessError, DataError, OutputDirError) as e:  # bad input / settings: one message, no traceback
         print(f"error: {e}", file=sys.stderr)
+        return None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    result = run_job(argv, parse_config, "preproc_spark3.pipeline:run")
+    if result is None:
         return 2
     print(f"dataset written to {result.out_dir}: rows {result.rows}, cardinalities {result.cardinalities}; "
           f"{result.malformed.describe()}")

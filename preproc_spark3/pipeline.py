@@ -20,8 +20,6 @@ import json
 import logging
 import os
 import shutil
-import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,7 +40,7 @@ from preproc_spark3.dictionary_job import DictionaryJob, collect_results
 from preproc_spark3.parse_job import ParseJob, Partitions
 from preproc_spark3.quarantine import QUARANTINE_FILE, MalformedSummary, check_malformed_fraction
 from preproc_spark3.raw_input import find_day_files, plan_splits, split_bytes, split_line_count
-from preproc_spark3.session import start_session
+from preproc_spark3.session import run_staged, timed_stage
 from preproc_spark3.to_binary import ChunkJob, assemble_splits
 
 log = logging.getLogger("preproc_spark3")
@@ -66,16 +64,6 @@ class PreprocessResult:
                 "stage_seconds": self.stage_seconds, "parse_tasks": self.parse_tasks, "warnings": self.warnings}
 
 
-@contextmanager
-def _stage(name: str, seconds: dict[str, float]):
-    """Log a stage and record its wall time in `seconds` (the report and the benchmark read them)."""
-    log.info("stage %s ...", name)
-    start = time.perf_counter()
-    yield
-    seconds[name] = round(time.perf_counter() - start, 3)
-    log.info("stage %s done in %.1f s", name, seconds[name])
-
-
 def run(config: PreprocConfig, spark=None) -> PreprocessResult:
     """Run every stage; uses `spark` if given (tests share one session), else starts and stops one.
 
@@ -86,21 +74,9 @@ def run(config: PreprocConfig, spark=None) -> PreprocessResult:
     output = dataset_dir(config.out_dir, "out_dir")
     output.check(config.overwrite)
     day_files = find_day_files(config.raw_dir, config.all_days)
-    own_session = spark is None
-    if own_session:
-        spark = start_session(config.spark)
     kept = (QUARANTINE_FILE, REPORT_FILE, *(("_work",) if config.keep_work else ()))
-    try:
-        with output.staged(config.overwrite, kept_on_failure=kept) as staging:
-            os.makedirs(staging)
-            result = _run_stages(spark, config, Path(staging), day_files)
-    except BaseException:
-        if os.path.isdir(output.staging):
-            log.error("the failed run's quarantine and report are kept in %s", output.staging)
-        raise
-    finally:
-        if own_session:
-            spark.stop()
+    result = run_staged(output, config.overwrite, kept, config.spark, spark,
+                        lambda session, staging: _run_stages(session, config, Path(staging), day_files))
     # The dataset is in place: its report names it (and the quarantine in it), not where it was written.
     result.out_dir = os.path.abspath(config.out_dir)
     result.malformed.quarantine_file = os.path.join(result.out_dir, QUARANTINE_FILE)
@@ -119,7 +95,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
     work = out / "_work"
     shutil.rmtree(work, ignore_errors=True)
     try:  # success or failure (too many malformed lines, ...): drop the intermediate
-        with _stage("count", seconds):  # lines per input split: line numbers, eval-day halves, chunks
+        with timed_stage("count", seconds):  # lines per input split: line numbers, eval-day halves, chunks
             size = split_bytes(day_files, partition_bytes(config.spark), sc.defaultParallelism)
             splits = plan_splits(day_files, size)
             counts = sc.parallelize(splits, len(splits)).map(split_line_count).collect()
@@ -143,7 +119,7 @@ def _run_stages(spark, config: PreprocConfig, out: Path, day_files) -> Preproces
         lookup_dir, staging = work / "lookup", work / "dictionary"
         for directory in (lookup_dir, staging):
             directory.mkdir(parents=True)
-        with _stage("parse_dictionary", seconds):  # the map side, then quarantine + dictionaries
+        with timed_stage("parse_dictionary", seconds):  # the map side, then quarantine + dictionaries
             dictionaries = DictionaryJob(config.raw_dir, str(out.resolve()), total_lines, config.thresholds,
                                          str(staging.resolve()), str(lookup_dir.resolve()))
             malformed, cardinalities = collect_results(
@@ -173,12 +149,12 @@ def _build_dataset(spark, config: PreprocConfig, out: Path, shuffled, partitions
     spec = FeatureSpec.criteo_like(result.cardinalities, mappings=SPLITS, base_directory=str(out))
     chunks = str((work / "chunks").resolve())
     parquet_dir = str((out / "parquet").resolve()) if config.write_parquet else None
-    with _stage("write_chunks", seconds):  # order, ids; one task per chunk (the map output is reused)
+    with timed_stage("write_chunks", seconds):  # order, ids; one task per chunk (the map output is reused)
         shutil.rmtree(out / "parquet", ignore_errors=True)
         job = ChunkJob(spec, chunks, layout, parquet_dir, str((work / "lookup").resolve()),
                        config.conversion_batch_rows)
         chunk_rows = dict(spark.sparkContext.runJob(shuffled, job.run, partitions.chunk_partitions))
-    with _stage("to_binary", seconds):  # each split file = its chunks' files, one task per file
+    with timed_stage("to_binary", seconds):  # each split file = its chunks' files, one task per file
         result.rows = assemble_splits(spark, spec, str(out), chunks, layout, chunk_rows)
         malformed = result.malformed
         accounted = sum(result.rows.values()) + malformed.malformed_lines

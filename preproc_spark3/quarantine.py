@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from dlrm.atomic import replaced_atomically
 from preproc_spark3.config import MalformedInputError
@@ -42,23 +43,31 @@ class MalformedSummary:
 def write_quarantine(records: list[dict], raw_dir: str, out_dir: str, total_lines: int) -> MalformedSummary:
     """Write the parse tasks' malformed-line records (see parse_job) to the quarantine file, in (day, line)
     order, and summarise them."""
-    source = str(Path(raw_dir).resolve()) + "/"
     rows = sorted(((r["day"], int(line), r["file"], kind, reason, raw) for r in records
                    for line, kind, reason, raw in zip(r["line"], r["kind"], r["reason"], r["raw_line"])),
                   key=lambda row: (row[0], row[1]))
+    return write_lines((row[2:3] + row[1:2] + row[3:] for row in rows), raw_dir, out_dir, total_lines)
+
+
+def write_lines(lines: Iterable[tuple], raw_dir: str, out_dir: str, total_lines: int) -> MalformedSummary:
+    """Stream quarantined lines, (file name in raw_dir, line number, kind, reason, raw line) in the order
+    given, to the quarantine file, and summarise them."""
+    source = str(Path(raw_dir).resolve()) + "/"
     target = Path(out_dir) / QUARANTINE_FILE
     by_kind: dict[str, int] = {}
     by_file: dict[str, int] = {}
     examples: list[str] = []
+    count = 0
     with replaced_atomically(target, binary=False) as sink:
-        for _, line, file, kind, reason, raw in rows:
+        for file, line, kind, reason, raw in lines:
             sink.write(json.dumps({"source_file": source + file, "line_number": line, "kind": kind,
                                    "reason": reason, "raw_line": raw}, ensure_ascii=False) + "\n")
             by_kind[kind] = by_kind.get(kind, 0) + 1
             by_file[file] = by_file.get(file, 0) + 1
             if len(examples) < EXAMPLES_IN_ERROR:
                 examples.append(f"{source + file} line {line}: {reason}")
-    return MalformedSummary(total_lines=total_lines, malformed_lines=len(rows), by_kind=by_kind, by_file=by_file,
+            count += 1
+    return MalformedSummary(total_lines=total_lines, malformed_lines=count, by_kind=by_kind, by_file=by_file,
                             quarantine_file=str(target), examples=examples)
 
 

@@ -1,11 +1,18 @@
 """Build the Spark session: CPU (local[*] or a given master) or GPU (RAPIDS Accelerator plugin)."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
+from dlrm.output_dir import OutputDir
 from preproc_spark3.config import SparkSettings, rapids_jar
+
+T = TypeVar("T")
 
 DEFAULT_DISCOVERY_SCRIPT = Path(__file__).with_name("get_gpus_resources.sh")
 PROJECT_ROOT = str(Path(__file__).resolve().parents[1])
@@ -66,3 +73,35 @@ def start_session(settings: SparkSettings):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def run_staged(output: OutputDir, overwrite: bool, kept_on_failure: Sequence[str], settings: SparkSettings,
+               spark: Optional[Any], stages: Callable[[Any, str], T]) -> T:
+    """`stages(spark, staging_dir)` of a job whose output follows the output-directory rule (dlrm.output_dir):
+    written aside, renamed into place complete; a failed run leaves the target as it was and keeps
+    `kept_on_failure` (its quarantine and report) in the staging directory, which the log names. Uses `spark`
+    if given (tests share one session), else starts and stops one."""
+    session = start_session(settings) if spark is None else spark
+    try:
+        with output.staged(overwrite, kept_on_failure=tuple(kept_on_failure)) as staging:
+            os.makedirs(staging)
+            return stages(session, staging)
+    except BaseException:
+        if os.path.isdir(output.staging):
+            logging.getLogger("preproc_spark3").error("the failed run's quarantine and report are kept in %s",
+                                                     output.staging)
+        raise
+    finally:
+        if spark is None:
+            session.stop()
+
+
+@contextmanager
+def timed_stage(name: str, seconds: dict[str, float]) -> Iterator[None]:
+    """Log a stage and record its wall time in `seconds` (the report and the benchmarks read them)."""
+    log = logging.getLogger("preproc_spark3")
+    log.info("stage %s ...", name)
+    start = time.perf_counter()
+    yield
+    seconds[name] = round(time.perf_counter() - start, 3)
+    log.info("stage %s done in %.1f s", name, seconds[name])

@@ -169,7 +169,7 @@ class ChunkJob:
         yield chunk, writer.close()
 
 
-def _concatenate(item: tuple[str, list[str]]) -> None:
+def concatenate(item: tuple[str, list[str]]) -> None:
     """Write `target` as the concatenation of `parts` (in order), published by an atomic rename."""
     target, parts = item
     os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -193,5 +193,5 @@ def assemble_splits(spark, spec, out_dir: str, work: str, layout: ChunkLayout, r
             relative = os.path.relpath(binary.path, os.path.abspath(out_dir))
             items.append((binary.path, [os.path.join(chunk_dir(work, c), relative) for c in chunk_ids]))
     tasks = max(1, min(len(items), 2 * spark.sparkContext.defaultParallelism))  # a task costs more than a file
-    spark.sparkContext.parallelize(items, tasks).foreach(_concatenate)
+    spark.sparkContext.parallelize(items, tasks).foreach(concatenate)
     return {split: sum(rows.get(c, 0) for c in layout.chunk_ids(split)) for split in SPLITS}
