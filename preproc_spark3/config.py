@@ -96,8 +96,13 @@ class PreprocConfig:
                                   f"{self.rows_per_chunk}, {self.conversion_batch_rows}")
         if self.log_offset <= 0:
             raise PreprocessError(f"log_offset must be > 0, got {self.log_offset}")
-        partition_bytes(self.spark)
-        check_gpu_settings(self.spark)
+        check_spark_settings(self.spark)
+
+
+def check_spark_settings(settings: SparkSettings) -> None:
+    """The Spark flags every job checks before starting a JVM: the split size, and GPU mode's jar."""
+    partition_bytes(settings)
+    check_gpu_settings(settings)
 
 
 def partition_bytes(settings: SparkSettings) -> int:

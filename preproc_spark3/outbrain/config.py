@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlrm.data.outbrain import CTR_THRESHOLDS
-from preproc_spark3.config import PreprocessError, SparkSettings
+from preproc_spark3.config import PreprocessError, SparkSettings, check_spark_settings
 
 TRAIN, TEST = "train", "test"  # the dataset's mappings (main.py --arch widedeep trains on train, tests on test)
 PARQUET_SPLITS = {TRAIN: "train", TEST: "valid"}  # NVIDIA's parquet directory of each mapping
@@ -30,6 +30,7 @@ class OutbrainConfig:
             raise PreprocessError(f"max_malformed_fraction must be in [0, 1], got {self.max_malformed_fraction}")
         if self.batch_rows < 1:
             raise PreprocessError(f"batch_rows must be >= 1, got {self.batch_rows}")
+        check_spark_settings(self.spark)
 
 
 def parse_ctr_threshold(text: str) -> tuple[str, int]:

@@ -17,7 +17,7 @@ from tests.data.mixed_dataset import write_mixed
 from tests.support import hybrid
 from tests.support.multirank import memoised, run_ranks, run_single, scratch_dir
 from tests.support.runs import SMALL
-from tests.support.serving import compare
+from tests.support.serving import FreshScorer, compare
 
 TOLERANCE = 1e-6  # float32: the SavedModel runs the trainer's graph of ops on the same weights
 ONNX_TOLERANCE = 1e-5  # onnxruntime's own kernels round float32 sums in another order
@@ -39,8 +39,17 @@ def one_rank() -> tuple:
     return memoised("export_one_rank", go)
 
 
+@pytest.fixture(scope="module")
+def scorer():
+    """One fresh scoring process for the module's exports (TensorFlow is imported once)."""
+    fresh = FreshScorer()
+    yield fresh
+    fresh.close()
+
+
 def _export(*argv: str) -> None:
-    run_single(["-m", "dlrm.export", *argv], timeout=240).check()
+    """`python -m dlrm.export` in this process: tests/train/test_verified_checkpoints.py launches the module."""
+    assert export_checkpoint(list(argv)) == 0
 
 
 def _assert_close(differences: dict) -> None:
@@ -51,15 +60,15 @@ def _assert_close(differences: dict) -> None:
 
 
 @pytest.mark.slow
-def test_one_rank_checkpoint_saved_model_and_onnx_score_like_the_trainer():
+def test_one_rank_checkpoint_saved_model_and_onnx_score_like_the_trainer(scorer):
     base, _ = one_rank()
-    _assert_close(compare(f"{base}/served", f"{base}/data", f"{base}/ckpt"))
+    _assert_close(compare(scorer, f"{base}/served", f"{base}/data", f"{base}/ckpt"))
     _export("--checkpoint", f"{base}/ckpt", "--out", f"{base}/with_onnx", "--onnx")
-    _assert_close(compare(f"{base}/with_onnx", f"{base}/data", f"{base}/ckpt", with_onnx=True))
+    _assert_close(compare(scorer, f"{base}/with_onnx", f"{base}/data", f"{base}/ckpt", with_onnx=True))
 
 
 @pytest.mark.slow
-def test_multi_hot_dcnv2_checkpoint_scores_like_the_trainer(tmp_path):
+def test_multi_hot_dcnv2_checkpoint_scores_like_the_trainer(scorer, tmp_path):
     """One-hot, multi-hot (a 1-hot bag, empty bags, a full bag of the largest id), a group id; DCNv2."""
     write_mixed(tmp_path / "data", 400, seed=3, mappings=("train", "test"))
     flags = ["--dataset_path", str(tmp_path / "data"), "--arch", "dcnv2", "--embedding_dim", "4",
@@ -72,11 +81,12 @@ def test_multi_hot_dcnv2_checkpoint_scores_like_the_trainer(tmp_path):
     with open(tmp_path / "served" / "assets" / "serving_inputs.json") as f:
         names = [item["name"] for item in json.load(f)["inputs"]]
     assert names == ["numerical", "onehot", "topics", "history", "single"]
-    _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), str(tmp_path / "ckpt"), with_onnx=True))
+    _assert_close(compare(scorer, str(tmp_path / "served"), str(tmp_path / "data"), str(tmp_path / "ckpt"),
+                          with_onnx=True))
 
 
 @pytest.mark.slow
-def test_wide_and_deep_checkpoint_scores_like_the_trainer(tmp_path):
+def test_wide_and_deep_checkpoint_scores_like_the_trainer(scorer, tmp_path):
     """Wide & Deep on the mixed dataset: the deep and the `_wide` tables, two crosses (one exact, one hashed:
     serving computes the same cross ids), FTRL and RMSProp state left out, dropout off when serving."""
     write_mixed(tmp_path / "data", 400, seed=4, mappings=("train", "test"))
@@ -88,12 +98,13 @@ def test_wide_and_deep_checkpoint_scores_like_the_trainer(tmp_path):
              "--save_checkpoint_path", str(tmp_path / "ckpt")]
     _train("widedeep", flags)
     _export("--checkpoint", str(tmp_path / "ckpt"), "--out", str(tmp_path / "served"), "--onnx")
-    _assert_close(compare(str(tmp_path / "served"), str(tmp_path / "data"), str(tmp_path / "ckpt"), with_onnx=True))
+    _assert_close(compare(scorer, str(tmp_path / "served"), str(tmp_path / "data"), str(tmp_path / "ckpt"),
+                          with_onnx=True))
 
 
 @pytest.mark.multirank
 @pytest.mark.slow
-def test_two_rank_checkpoint_scores_like_the_trainer():
+def test_two_rank_checkpoint_scores_like_the_trainer(scorer):
     """2 ranks (horovodrun --gloo) with row-, column-sliced, replicated and table-wise tables, multi-hot bags
     in each; rank 0 exports the final checkpoint at the end of training."""
     dataset = memoised("hybrid_dataset", hybrid.make_dataset)
@@ -102,7 +113,7 @@ def test_two_rank_checkpoint_scores_like_the_trainer():
     _train("two_ranks", flags, export_to=f"{base}/served", ranks=2)
     with open(f"{base}/served/assets/serving_inputs.json") as f:
         assert json.load(f)["source"]["written_by_world_size"] == 2
-    _assert_close(compare(f"{base}/served", dataset, f"{base}/ckpt"))
+    _assert_close(compare(scorer, f"{base}/served", dataset, f"{base}/ckpt"))
 
 
 def _refused(capsys, *argv: str) -> str:

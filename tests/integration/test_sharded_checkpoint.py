@@ -2,10 +2,11 @@
 
 The 3-rank Adagrad run of tests/integration/test_hybrid_parallel.py writes its final checkpoint (step 4) with
 each rank writing only its own pieces (replicated tables by rank 0). That checkpoint is resumed by a
-2-rank launch (Gloo) and by one process (LocalEmbedding), each training one more step. Both must
-equal an uninterrupted one-process run of 5 steps: weights, Adagrad accumulators, the step-5 loss.
-A wrong region, slot or optimizer step in the restore would break that equality. Launches are
-shared (memoised, tests/support/hybrid.py) with tests/integration/test_hybrid_parallel.py.
+2-rank `main.py` launch (the stack's backend) and by one process (LocalEmbedding), each training one more
+step. Both must equal an uninterrupted one-process run of 5 steps: weights, Adagrad accumulators, the step-5
+loss. A wrong region, slot or optimizer step in the restore would break that equality. The 3-rank launch and
+the one-process reference are shared (memoised, tests/support/hybrid.py) with test_hybrid_parallel.py; the
+2-rank resume (only the resume: no other training in its launch) by the two tests that read it.
 """
 from __future__ import annotations
 
@@ -18,12 +19,25 @@ from tests.support.hybrid import (
     STEPS,
     TOLERANCE,
     checkpoint_arrays,
-    launch,
     losses,
     max_difference,
     reference,
     reshard_to_one_process,
+    restore_flags,
+    shared_dataset,
 )
+from tests.support.multirank import run_ranks, scratch_dir
+
+
+@pytest.fixture(scope="module")
+def two_rank_restore(three_rank_checkpoint) -> str:
+    """2 ranks resume the 3-rank checkpoint and train one more step (`main.py`, nothing else in the launch);
+    returns the base directory of its `restored` run and checkpoint."""
+    base = scratch_dir("restored2_")
+    out = os.path.join(base, "restored")
+    flags = restore_flags(shared_dataset(), three_rank_checkpoint, out + "/run", out + "/ckpt")
+    run_ranks(2, ["main.py", *flags], timeout=300).check()
+    return base
 
 
 def _piece_files(checkpoint_dir: str) -> list:
@@ -59,15 +73,11 @@ def test_three_rank_checkpoint_is_written_in_pieces_with_the_plan(three_rank_che
 @pytest.mark.multirank
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 1])
-def test_restore_three_rank_checkpoint_on_other_world_sizes(world, three_rank_checkpoint):
-    source = three_rank_checkpoint
-    ref_run, ref_base = reference(restore_from=source)
+def test_restore_three_rank_checkpoint_on_other_world_sizes(world, three_rank_checkpoint, request):
+    ref_run, ref_base = reference(restore_from=three_rank_checkpoint)
     ref_run.check()
-    if world == 1:
-        base = ref_base  # the one-process worker resumed `source` as well
-    else:
-        run, base = launch(2, restore_from=source)
-        run.check()
+    # world 1: the one-process worker resumed the checkpoint as well
+    base = ref_base if world == 1 else request.getfixturevalue("two_rank_restore")
     want = checkpoint_arrays(os.path.join(ref_base, "continued", "ckpt"))
     got = checkpoint_arrays(os.path.join(base, "restored", "ckpt"))
     assert int(got["meta/world_size"]) == world
@@ -84,13 +94,11 @@ def test_restore_three_rank_checkpoint_on_other_world_sizes(world, three_rank_ch
 
 @pytest.mark.multirank
 @pytest.mark.slow
-def test_a_multi_hot_checkpoint_reshards_from_three_to_two_to_one_rank(three_rank_checkpoint):
+def test_a_multi_hot_checkpoint_reshards_from_three_to_two_to_one_rank(two_rank_restore):
     """3 ranks write, 2 ranks resume and write, 1 process resumes that: equal to 6 uninterrupted steps."""
     from dlrm.train import checkpoint
 
-    run, base = launch(2, restore_from=three_rank_checkpoint)
-    run.check()
-    two_rank = os.path.join(base, "restored", "ckpt")
+    two_rank = os.path.join(two_rank_restore, "restored", "ckpt")
     assert checkpoint.read_meta(checkpoint.find_checkpoint(two_rank))["world_size"] == 2
     resumed, uninterrupted = reshard_to_one_process(two_rank)
     got, want = checkpoint_arrays(resumed + "/ckpt"), checkpoint_arrays(uninterrupted + "/ckpt")

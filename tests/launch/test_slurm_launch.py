@@ -34,11 +34,14 @@ PYTHON = sys.executable
 # Through dlrm.dist (Horovod's MPI controller), the project's only way to MPI.
 MPI_HELLO = """\
 import os
+import sys
 import tensorflow as tf
 from dlrm import dist
 group = dist.start()
 total = int(group.allreduce_sum(tf.constant(group.rank + 1)).numpy())
-print(group.rank, group.size, os.environ["SLURMD_NODENAME"], total, flush=True)
+# one write per line: the two ranks share one output file and must not interleave
+sys.stdout.write(f"{group.rank} {group.size} {os.environ['SLURMD_NODENAME']} {total}\\n")
+sys.stdout.flush()
 """
 # Tiny model and data: a 2-rank job takes well under a minute. Flags are given in full because with
 # --dataset_path the trainer uses the reference defaults (batch 65536, ...).
@@ -48,6 +51,7 @@ TRAINER_FLAGS = [
     "--bottom_mlp_dims", "16-8", "--top_mlp_dims", "16-1", "--optimizer", "adagrad",
     "--learning_rate", "0.3", "--warmup_steps", "0", "--decay_start_step", "1000",
     "--max_steps", "40", "--log_every", "5", "--intra_op_threads", "1", "--inter_op_threads", "1",
+    "--skip_data_validation",  # the generator's own data; the value check has its own tests
 ]
 CHECKPOINT_EVERY = "5"
 # Sent by the template's `#SBATCH --signal=B:USR1@<seconds>` and forwarded by its trap to the ranks.
@@ -320,7 +324,7 @@ WIDEDEEP_ROWS = 6000
 WIDEDEEP_FLAGS = [
     "--arch", "widedeep", "--deep_hidden_units", "16", "8", "--global_batch_size", "256",
     "--eval_batch_size", "1024", "--num_epochs", "1", "--deep_warmup_epochs", "0.2", "--log_every", "5",
-    "--intra_op_threads", "1", "--inter_op_threads", "1",
+    "--intra_op_threads", "1", "--inter_op_threads", "1", "--skip_data_validation",
 ]
 
 

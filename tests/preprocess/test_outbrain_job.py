@@ -32,7 +32,7 @@ from dlrm.data.outbrain import (
     RAW_FILES,
 )
 from dlrm.data.synthetic.outbrain_raw import generate_outbrain_raw
-from preproc_spark3.config import MalformedInputError, PreprocessError, SparkSettings
+from preproc_spark3.config import RAPIDS_JAR_ENV, MalformedInputError, PreprocessError, SparkSettings
 from preproc_spark3.outbrain.config import PARQUET_SPLITS, OutbrainConfig
 from preproc_spark3.outbrain.job import run
 from preproc_spark3.outbrain.raw import find_raw_files
@@ -55,7 +55,7 @@ E2E_CLICKS = 150_000
 E2E_TARGET = 0.9
 E2E_TRAIN_FLAGS = ("--global_batch_size", "2048", "--eval_batch_size", "16384", "--deep_hidden_units", "256", "256",
                    "256", "--linear_learning_rate", "0.3", "--linear_initial_accumulator", "1e-6",
-                   "--deep_learning_rate", "0.002", "--deep_warmup_epochs", "0.1", "--epochs", "2",
+                   "--deep_learning_rate", "0.002", "--deep_warmup_epochs", "0.1", "--epochs", "1",
                    "--eval_every", "1000", "--log_every", "25", "--intra_op_threads", "2")
 
 
@@ -211,7 +211,8 @@ def test_a_missing_input_file_is_named_before_any_work(tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {key: value for key, value in os.environ.items() if key != RAPIDS_JAR_ENV}  # GPU mode: no jar here
+    env["PYTHONPATH"] = str(ROOT)
     return subprocess.run([sys.executable, "-m", "preproc_spark3.outbrain", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
@@ -232,7 +233,7 @@ def _bayes_map(raw: Path, out: Path) -> float:
 @pytest.mark.slow
 def test_prepare_outbrain_equals_the_reference_and_widedeep_reaches_90_percent_of_bayes_map(tmp_path):
     """Raw .csv.gz files -> prepare_outbrain.sh (default seed and thresholds, --parquet) -> the reference's values ->
-    `main.py --arch widedeep` (the W&D demo's model and optimizer settings, 2 epochs, ~1 minute) reaches
+    `main.py --arch widedeep` (the W&D demo's model and optimizer settings, one epoch) reaches
     E2E_TARGET x the generator's Bayes-optimal MAP@12 of the test displays."""
     raw, out, run_dir = tmp_path / "raw", tmp_path / "dataset", tmp_path / "run"
     generate_outbrain_raw(str(raw), E2E_CLICKS, seed=2, gzip=True)  # Kaggle ships .csv.gz: one read split each
@@ -251,11 +252,17 @@ def test_prepare_outbrain_equals_the_reference_and_widedeep_reaches_90_percent_o
     assert final_map >= E2E_TARGET * bayes_map
 
 
-def test_cli_user_error_is_one_line_without_traceback(tmp_path):
+@pytest.mark.parametrize("flags,message", [
+    ((), "error: missing input file(s) in "),
+    (("--max_partition_bytes", "0"), "error: --max_partition_bytes: expected a memory size above 0"),
+    (("--gpu",), "error: GPU mode needs the RAPIDS Accelerator"),
+], ids=["missing file", "split size", "gpu without jar"])
+def test_cli_user_error_is_one_line_without_traceback(tmp_path, flags, message):
+    """Found before Spark starts: one line on stderr, exit code 2, nothing written."""
     raw = tmp_path / "raw"
     raw.mkdir()
-    done = _cli(str(raw), str(tmp_path / "dataset"))
+    done = _cli(str(raw), str(tmp_path / "dataset"), *flags)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("error: missing input file(s)") and "clicks_train.csv" in done.stderr
+    assert done.stderr.startswith(message) and ("clicks_train.csv" in done.stderr) == (not flags), done.stderr
     assert not (tmp_path / "dataset").exists()

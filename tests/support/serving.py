@@ -9,40 +9,54 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import textwrap
+from typing import Optional
 
 import numpy as np
 import yaml
 
-from tests.support.multirank import run_single, scratch_dir
+from tests.support.multirank import memoised, run_single, scratch_dir
 
+# One request per line on stdin (model directory, inputs, output, ONNX or not); the output's path on stdout
+# once it is written. Every request checks again that no module of this repository has been loaded.
 FRESH_SCORER = textwrap.dedent('''
+    import json
     import sys
     import numpy as np
     import tensorflow as tf
 
-    model_dir, inputs_path, out_path, with_onnx = sys.argv[1:5]
-    inputs = dict(np.load(inputs_path))
-    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
-    result = {name: value.numpy() for name, value in serve(**{k: tf.constant(v) for k, v in inputs.items()}).items()}
-    if with_onnx == "1":
-        import onnxruntime
-        session = onnxruntime.InferenceSession(model_dir + "/model.onnx")
-        names = [output.name for output in session.get_outputs()]
-        for name, value in zip(names, session.run(None, inputs)):
-            result["onnx_" + name] = value
-    ours = sorted(m for m in sys.modules if m.split(".")[0] in ("dlrm", "tests"))
-    assert not ours, ours
-    result["dlrm_imported"] = np.array("dlrm" in sys.modules)
-    np.savez(out_path, **result)
+    for line in sys.stdin:
+        model_dir, inputs_path, out_path, with_onnx = json.loads(line)
+        inputs = dict(np.load(inputs_path))
+        serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+        result = {name: value.numpy()
+                  for name, value in serve(**{k: tf.constant(v) for k, v in inputs.items()}).items()}
+        if with_onnx:
+            import onnxruntime
+            session = onnxruntime.InferenceSession(model_dir + "/model.onnx")
+            names = [output.name for output in session.get_outputs()]
+            for name, value in zip(names, session.run(None, inputs)):
+                result["onnx_" + name] = value
+        ours = sorted(m for m in sys.modules if m.split(".")[0] in ("dlrm", "tests"))
+        assert not ours, ours
+        result["dlrm_imported"] = np.array("dlrm" in sys.modules)
+        np.savez(out_path, **result)
+        print(out_path, flush=True)
 ''')
+SCORE_TIMEOUT = 240
 
 
 def trainer_predictions(dataset: str, checkpoint: str) -> dict:
     """{"labels", "logits"} of the test mapping in dataset order, as `main.py --mode eval` scores `checkpoint`
-    (its --predictions_path: group_id,label,logit,probability per row, dataset order)."""
+    (its --predictions_path: group_id,label,logit,probability per row, dataset order); once per session for
+    each checkpoint, however many of its exports are compared."""
+    return memoised(("trainer_predictions", dataset, checkpoint), lambda: _eval_mode_predictions(dataset, checkpoint))
+
+
+def _eval_mode_predictions(dataset: str, checkpoint: str) -> dict:
     work = scratch_dir("trainer_predictions_")
     out = os.path.join(work, "predictions.csv")
     run_single(["main.py", "--dataset_path", dataset, "--restore_checkpoint_path", checkpoint, "--mode", "eval",
@@ -80,28 +94,71 @@ def serving_inputs_from_files(saved_model: str, dataset: str, mapping: str = "te
     return {"inputs": inputs, "labels": _read_feature(spec, dataset, mapping, label).reshape(-1).astype(np.float32)}
 
 
-def score_in_fresh_process(saved_model: str, inputs: dict, with_onnx: bool = False) -> dict:
-    """The SavedModel's (and ONNX's) outputs on `inputs`, computed by `python -I` in an empty directory with
-    no PYTHONPATH: a process that can import TensorFlow (and onnxruntime) but not this repository."""
-    work = scratch_dir("fresh_scorer_")
-    script, inputs_path, out = (os.path.join(work, name) for name in ("score.py", "inputs.npz", "out.npz"))
-    with open(script, "w") as f:
-        f.write(FRESH_SCORER)
-    np.savez(inputs_path, **inputs)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    done = subprocess.run([sys.executable, "-I", script, saved_model, inputs_path, out, "1" if with_onnx else "0"],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return dict(np.load(out))
+class FreshScorer:
+    """The SavedModel's (and ONNX's) outputs on given inputs, computed by one `python -I` process started in an
+    empty directory with no PYTHONPATH: it can import TensorFlow (and onnxruntime) but not this repository.
+    Started at the first `score` and kept for the next ones, so that TensorFlow is imported once."""
+
+    def __init__(self) -> None:
+        self.process: Optional[subprocess.Popen] = None
+        self.work = ""
+        self.requests = 0
+
+    def _started(self) -> subprocess.Popen:
+        if self.process is None:
+            self.work = scratch_dir("fresh_scorer_")
+            script = os.path.join(self.work, "score.py")
+            with open(script, "w") as f:
+                f.write(FRESH_SCORER)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+            with open(os.path.join(self.work, "stderr.txt"), "w") as stderr:
+                self.process = subprocess.Popen([sys.executable, "-I", script], cwd=self.work, env=env,
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                                text=True)
+        return self.process
+
+    def score(self, saved_model: str, inputs: dict, with_onnx: bool = False) -> dict:
+        process = self._started()
+        assert process.stdin is not None and process.stdout is not None
+        self.requests += 1
+        inputs_path, out = (os.path.join(self.work, f"{name}_{self.requests}.npz") for name in ("inputs", "out"))
+        np.savez(inputs_path, **inputs)
+        try:
+            process.stdin.write(json.dumps([saved_model, inputs_path, out, with_onnx]) + "\n")
+            process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it has exited: its stderr says why
+        answered = select.select([process.stdout], [], [], SCORE_TIMEOUT)[0]
+        line = process.stdout.readline() if answered else ""
+        if line.strip() != out:
+            self.close()
+            with open(os.path.join(self.work, "stderr.txt")) as f:
+                raise AssertionError(f"the fresh scorer did not answer ({'timed out' if not answered else line!r})"
+                                     f": {f.read()[-4000:]}")
+        return dict(np.load(out))
+
+    def close(self) -> None:
+        if self.process is not None:
+            assert self.process.stdin is not None
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
 
 
-def compare(saved_model: str, dataset: str, checkpoint: str, with_onnx: bool = False) -> dict:
+def compare(scorer: FreshScorer, saved_model: str, dataset: str, checkpoint: str, with_onnx: bool = False) -> dict:
     """Max abs differences of the fresh process's logits and probabilities from the trainer's scores of the
     checkpoint the SavedModel was exported from, per output."""
     rows = serving_inputs_from_files(saved_model, dataset)
     want = trainer_predictions(dataset, checkpoint)
-    got = score_in_fresh_process(saved_model, rows["inputs"], with_onnx)
+    got = scorer.score(saved_model, rows["inputs"], with_onnx)
     assert not bool(got["dlrm_imported"])
     np.testing.assert_array_equal(rows["labels"], want["labels"])  # the same rows, in the same order
     probability = 1.0 / (1.0 + np.exp(-want["logits"].astype(np.float64)))

@@ -216,6 +216,9 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
+# The main scheduler every second (default 60 s): a released requeued job starts as soon as its
+# StartTime passes instead of waiting for the next scheduling pass.
+SchedulerParameters=sched_interval=1
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none

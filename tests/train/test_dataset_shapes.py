@@ -1,6 +1,9 @@
 """Datasets of any shape train through main.py: 0, 1, 5 and 13 numerical features, 1 to 30 categorical
 ones, per-table dims in the spec; NVIDIA-style spec variants train or are refused with one message naming
-the rule (no traceback)."""
+the rule (no traceback).
+
+A run that trains calls main.py's own entry point (`dlrm.cli.main`: exit status, stdout, stderr) in this
+process; a refusal, whose exit status and stderr are the point, runs main.py in a process of its own."""
 import json
 import os
 import subprocess
@@ -11,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
+from dlrm.cli import main as cli_main
 from dlrm.data.synthetic.generator import generate_dataset
 from dlrm.train import checkpoint
 from dlrm.train.metrics_log import read_metrics
@@ -42,6 +46,15 @@ def main_py(dataset, run_dir, *extra):
     return done.returncode, done.stdout, done.stderr
 
 
+def main_here(capfd, dataset, run_dir, *extra):
+    """main.py's entry point on `dataset` in this process (no TensorFlow start-up to pay again): (exit status,
+    stdout, stderr), the output captured at the file descriptors as a process of its own would give it."""
+    capfd.readouterr()
+    status = cli_main(["--dataset_path", dataset, "--run_dir", str(run_dir), *FLAGS, *extra])
+    stdout, stderr = capfd.readouterr()
+    return status, stdout, stderr
+
+
 def assert_trained(status, stdout, stderr, run_dir, num_numerical, names):
     assert status == 0, stdout[-2000:] + stderr[-2000:]
     records = read_metrics(os.path.join(run_dir, "metrics.jsonl"))
@@ -65,11 +78,11 @@ def assert_refused(status, stdout, stderr, message):
 @pytest.mark.parametrize("num_numerical, num_categorical, arch", [
     (0, 2, "dlrm"), (0, 1, "dcnv2"), (1, 1, "dlrm"), (5, 26, "dlrm"), (5, 2, "dcnv2"), (13, 30, "dlrm"),
 ])
-def test_datasets_of_any_shape_train_through_main(tmp_path, num_numerical, num_categorical, arch):
+def test_datasets_of_any_shape_train_through_main(tmp_path, capfd, num_numerical, num_categorical, arch):
     """5 numerical features used to pass validation and then die in the first step (a tf.function
     TypeError for the batch's [B, 5] numerical array against the model's [None, 13])."""
     dataset = make_dataset(tmp_path / "data", num_numerical, num_categorical)
-    outcome = main_py(dataset, tmp_path / "run", *(DCN if arch == "dcnv2" else ["--arch", arch]))
+    outcome = main_here(capfd, dataset, tmp_path / "run", *(DCN if arch == "dcnv2" else ["--arch", arch]))
     assert_trained(*outcome, str(tmp_path / "run"), num_numerical, [f"cat_{i}" for i in range(num_categorical)])
 
 
@@ -89,16 +102,18 @@ def set_dims(dims):
     return change
 
 
-def test_per_table_dims_train_dcnv2_and_the_dot_interaction_names_the_tables_it_refuses(tmp_path):
+def test_per_table_dims_train_dcnv2_and_the_dot_interaction_names_the_tables_it_refuses(tmp_path, capfd):
     dataset = make_dataset(tmp_path / "data", 3, 3)
     edit_spec(dataset, set_dims({"cat_1": 6, "cat_2": 2}))
-    status, stdout, stderr = main_py(dataset, tmp_path / "dcn", *DCN, "--save_checkpoint_path",
-                                     str(tmp_path / "ckpt"))
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the refusal's process runs beside the training
+        refused = pool.submit(main_py, dataset, tmp_path / "dlrm")
+        status, stdout, stderr = main_here(capfd, dataset, tmp_path / "dcn", *DCN, "--save_checkpoint_path",
+                                           str(tmp_path / "ckpt"))
     assert_trained(status, stdout, stderr, str(tmp_path / "dcn"), 3, ["cat_0", "cat_1", "cat_2"])
     meta = checkpoint.read_meta(checkpoint.find_checkpoint(str(tmp_path / "ckpt")))
     assert [(t["name"], t["dim"]) for t in meta["model_shape"]["tables"]] == [("cat_0", 4), ("cat_1", 6), ("cat_2", 2)]
     assert checkpoint.read_arrays(str(tmp_path / "ckpt"))["embedding/cat_1/value"].shape == (10, 6)
-    assert_refused(*main_py(dataset, tmp_path / "dlrm"),
+    assert_refused(*refused.result(),
                    "every table's dim must equal the bottom MLP's last layer (4, --bottom_mlp_dims); differing: "
                    "'cat_1' (dim 6), 'cat_2' (dim 2)")
 
@@ -134,7 +149,7 @@ def to_multi_hot(names, max_hotness=1):
     return change
 
 
-def test_nvidia_style_spec_variants_train_or_are_refused_by_rule(tmp_path):
+def test_nvidia_style_spec_variants_train_or_are_refused_by_rule(tmp_path, capfd):
     base = make_dataset(tmp_path / "base", 2, 3)
     variants = {
         "no_categorical": (drop_channel("categorical"), "the model needs at least one categorical feature"),
@@ -151,10 +166,13 @@ def test_nvidia_style_spec_variants_train_or_are_refused_by_rule(tmp_path):
         dataset = str(tmp_path / name)
         subprocess.run(["cp", "-r", base, dataset], check=True)
         edit_spec(dataset, change)
-    # Independent runs, two at a time (each mostly starts a process and imports TensorFlow).
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        outcomes = dict(zip(variants, pool.map(lambda name: main_py(str(tmp_path / name), tmp_path / name / "run"),
-                                               variants)))
+    # The refusals' processes run beside the trainings, which run here one after the other.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refusals = {name: pool.submit(main_py, str(tmp_path / name), tmp_path / name / "run")
+                    for name, (_, rule) in variants.items() if rule is not None}
+        outcomes = {name: main_here(capfd, str(tmp_path / name), tmp_path / name / "run")
+                    for name, (_, rule) in variants.items() if rule is None}
+        outcomes.update((name, refused.result()) for name, refused in refusals.items())
     for name, (change, rule) in variants.items():
         dataset = str(tmp_path / name)
         status, stdout, stderr = outcomes[name]

@@ -131,16 +131,27 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(synthetic_dir, tmp_pa
     assert [r["step"] for r in stopped] == [failed_at]
 
 
+ADAM_EVERY_STEP = ["--optimizer", "adam", "--learning_rate", "0.01", "--checkpoint_every", "1"]
+
+
+@pytest.fixture(scope="module")
+def two_adam_steps(synthetic_dir, tmp_path_factory):
+    """The checkpoints of 2 Adam steps, trained once for the tests that resume from a copy of them."""
+    trained = tmp_path_factory.mktemp("two_adam_steps")
+    _run(synthetic_dir, trained, "--max_steps", "2", *ADAM_EVERY_STEP, "--save_checkpoint_path", str(trained / "ckpt"))
+    return trained / "ckpt"
+
+
 @pytest.mark.parametrize("poisoned, check", [("weights", "training loss is nan"),
                                              ("adam_m", "weights are NaN/inf")])
-def test_both_divergence_checks_give_one_message(synthetic_dir, tmp_path, monkeypatch, poisoned, check):
+def test_both_divergence_checks_give_one_message(synthetic_dir, two_adam_steps, tmp_path, monkeypatch, poisoned,
+                                                 check):
     """Each check forced in turn, on any CPU: a NaN weight makes the next loss NaN; a NaN Adam moment
     leaves the loss finite but makes the weights NaN, found before the next checkpoint. The NaN is put in
     after the restore (a checkpoint holding one is refused: tests/train/test_verified_checkpoints.py)."""
     ckpt_dir = tmp_path / "ckpt"
-    flags = ["--optimizer", "adam", "--learning_rate", "0.01", "--checkpoint_every", "1",
-             "--save_checkpoint_path", str(ckpt_dir)]
-    _run(synthetic_dir, tmp_path, "--max_steps", "2", *flags)
+    flags = [*ADAM_EVERY_STEP, "--save_checkpoint_path", str(ckpt_dir)]
+    shutil.copytree(two_adam_steps, ckpt_dir)  # a copy of what `--max_steps 2` with these flags writes
     suffix = ".m" if poisoned == "adam_m" else "bias"  # the last bias adds to the logit directly
     restore = loop.restore
 
