@@ -17,6 +17,7 @@ from dlrm.launch.spec import SpecError, load_spec
 from dlrm.launch.submit import ExecutorOptions, job_command, make_executor, wait_for_jobs
 from tests.support import ROOT
 from tests.support.multirank import RANK_ENV
+from tests.support.processes import kill_tree
 from tests.support.slurm_cluster import KILL_WAIT_S, PARTITION
 
 PYTHON = sys.executable
@@ -44,9 +45,17 @@ def write_spec(path: Path, name: str, dims: list, worlds: list) -> Path:
 
 
 def launch(args: list, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    proc = subprocess.run([PYTHON, "-m", "dlrm.launch", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    return proc
+    """`python -m dlrm.launch args`; on timeout it is killed with every process it started (a local executor's
+    job and its ranks), so that none outlives the test."""
+    proc = subprocess.Popen([PYTHON, "-m", "dlrm.launch", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def check_collected(sweep_dir: Path, expected_points: list) -> list:

@@ -1,6 +1,7 @@
 """The processes of a multi-rank launch, seen from the test: ranks by pid, their output lines, waiting."""
 import os
 import re
+import signal
 import time
 
 
@@ -21,6 +22,16 @@ def descendants(pid: int) -> list:
             found.append(child)
             todo.append(child)
     return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process below it, the whole tree seen before the first kill (a child that
+    made a session of its own is still found, and none is orphaned before it is seen)."""
+    for victim in [*descendants(pid), pid]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def rank_pids(launcher_pid: int) -> dict:
