@@ -59,3 +59,15 @@ def assert_same_final_weights(reference_root, resumed_root, step=MAX_STEPS):
     different = [key for key in reference if not np.array_equal(reference[key], resumed[key])]
     assert different == []
     assert any(key.startswith("embedding/") and not key.endswith("/value") for key in reference)  # slots too
+
+
+def main_in_process(capfd, argv: list) -> subprocess.CompletedProcess:
+    """main.py's entry point (`dlrm.cli.main`) on `argv` in the test process, for runs that train (TensorFlow
+    is not started again): its exit status and output, captured at the file descriptors as a process of its
+    own would give them. Runs whose exit status and stderr are the point stay processes of their own."""
+    from dlrm.cli import main
+
+    capfd.readouterr()
+    status = main([str(arg) for arg in argv])
+    stdout, stderr = capfd.readouterr()
+    return subprocess.CompletedProcess(["main.py", *argv], status, stdout, stderr)

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
-from dlrm.cli import main as cli_main
 from dlrm.data.synthetic.generator import generate_dataset
 from dlrm.train import checkpoint
 from dlrm.train.metrics_log import read_metrics
 from tests.support import ROOT
+from tests.support.runs import main_in_process
 
 # A tiny model and a few steps: a few seconds per run.
 FLAGS = ["--global_batch_size", "256", "--valid_batch_size", "500", "--embedding_dim", "4", "--bottom_mlp_dims",
@@ -47,12 +47,9 @@ def main_py(dataset, run_dir, *extra):
 
 
 def main_here(capfd, dataset, run_dir, *extra):
-    """main.py's entry point on `dataset` in this process (no TensorFlow start-up to pay again): (exit status,
-    stdout, stderr), the output captured at the file descriptors as a process of its own would give it."""
-    capfd.readouterr()
-    status = cli_main(["--dataset_path", dataset, "--run_dir", str(run_dir), *FLAGS, *extra])
-    stdout, stderr = capfd.readouterr()
-    return status, stdout, stderr
+    """main.py's entry point on `dataset` in this process: (exit status, stdout, stderr)."""
+    done = main_in_process(capfd, ["--dataset_path", dataset, "--run_dir", run_dir, *FLAGS, *extra])
+    return done.returncode, done.stdout, done.stderr
 
 
 def assert_trained(status, stdout, stderr, run_dir, num_numerical, names):

@@ -19,7 +19,7 @@ from dlrm.train.checkpoint import CheckpointError, verify
 from tests.support import ROOT
 from tests.support.damage import as_format_2, cases, damage
 from tests.support.multirank import run_ranks, scratch_dir, worker_argv
-from tests.support.runs import SMALL, SMALL_DATA
+from tests.support.runs import SMALL, SMALL_DATA, main_in_process
 
 SINGLE = single_process()
 NAMES = ["cat_0", "cat%1"]  # the second one's directory is escaped (cat%251): messages name the table itself
@@ -139,23 +139,11 @@ def _main(args, timeout=180):
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def _main_here(capfd, args):
-    """main.py's entry point (`dlrm.cli.main`) in this process, its exit status and output as `_main` gives them:
-    for the runs that train (the refusals, about exit status and stderr, run in processes of their own)."""
-    from dlrm.cli import main
-
-    assert args[0] == "main.py"
-    capfd.readouterr()
-    status = main(args[1:])
-    stdout, stderr = capfd.readouterr()
-    return subprocess.CompletedProcess(args, status, stdout, stderr)
-
-
 def test_resume_falls_back_to_the_newest_checkpoint_that_verifies_and_eval_and_export_refuse_a_damaged_one(
         tmp_path, capfd):
-    common = ["main.py", "--synthetic_dir", str(tmp_path / "data"), *SMALL, "--save_checkpoint_path",
+    common = ["--synthetic_dir", str(tmp_path / "data"), *SMALL, "--save_checkpoint_path",
               str(tmp_path / "ckpt"), "--run_dir", str(tmp_path / "run"), "--checkpoint_every", "3"]
-    first = _main_here(capfd, [*common, "--max_steps", "6"])
+    first = main_in_process(capfd, [*common, "--max_steps", "6"])
     assert first.returncode == 0, first.stderr[-3000:]
     newest = str(tmp_path / "ckpt" / "step_00000006")
     damaged = damage(newest, "piece", "flipped")
@@ -168,7 +156,7 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_verifies_and_eval_and_e
         assert f"checkpoint {newest} is damaged: {damaged} (table " in refused.stderr, refused.stderr[-3000:]
     assert not os.path.exists(tmp_path / "model")
 
-    resumed = _main_here(capfd, [*common, "--max_steps", "9"])
+    resumed = main_in_process(capfd, [*common, "--max_steps", "9"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (f"checkpoint {newest} is damaged: {damaged}" in resumed.stdout
             and f"resuming from the next older checkpoint, {tmp_path / 'ckpt' / 'step_00000003'}" in resumed.stdout
@@ -177,7 +165,7 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_verifies_and_eval_and_e
 
     final = str(tmp_path / "ckpt" / "step_00000009")  # the final checkpoint damaged: rerun the finished run
     damage(final, "dense", "flipped")
-    again = _main_here(capfd, [*common, "--max_steps", "9"])
+    again = main_in_process(capfd, [*common, "--max_steps", "9"])
     assert again.returncode == 0 and "resuming from the next older checkpoint" in again.stdout, again.stderr[-3000:]
     assert ckpt.read_arrays(final)  # written again, not kept damaged because its directory existed
 
