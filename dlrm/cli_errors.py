@@ -5,11 +5,11 @@
 - a `UserError` (bad flag, data, spec, plan, checkpoint, NaN loss, signal) prints one line
   `error: <message>` on stderr, no traceback (unless `--debug`), and exits with the error's
   `exit_code` (1 unless it says otherwise: a usage error 2, a signal 128 + its number);
-- an error that every rank raises identically (`on_every_rank`) is printed by rank 0 only (the other
-  ranks wait a few seconds before they exit: a launcher such as horovodrun ends every rank as soon as
-  one exits with an error, and rank 0 must have printed first); one that
+- an error that every rank raises identically (`on_every_rank`) is printed by rank 0 only; one that
   a single rank saw is printed by that rank as `error: rank k: <message>`; `PeerRankFailed` (this
-  rank stopped because another one failed) prints nothing, the failed rank has said why;
+  rank stopped because another one failed) prints nothing, the failed rank says why. A rank that
+  prints nothing waits a few seconds before it exits: a launcher such as horovodrun or mpirun ends
+  every rank as soon as one exits with an error, so the rank that reports must exit first;
 - Horovod's report of a dead or stalled peer rank prints one line naming this rank;
 - Ctrl-C outside the training loop (which handles it itself) exits 130 with one line from rank 0;
 - anything else is a bug and keeps its traceback.
@@ -28,8 +28,8 @@ from dlrm import dist
 from dlrm.errors import PeerRankFailed, UsageError, UserError
 
 DEBUG_FLAG = "--debug"
-# How long a rank other than 0 waits before exiting on an error every rank raises, so that rank 0's
-# message is printed before the launcher ends the job (usually rank 0 exits first and this is cut short).
+# How long a rank whose error another rank reports waits before exiting, so that the reporting rank's
+# message is printed before the launcher ends the job (that rank exits first and this is cut short).
 PEER_EXIT_GRACE_SECONDS = 10.0
 
 
@@ -67,7 +67,7 @@ def run_main(main: Callable[[list], Optional[int]], argv: Optional[Sequence[str]
         text = user_error_text(error, world.rank, world.size)
         if text:
             _print(text)
-        elif world.rank != 0 and not isinstance(error, PeerRankFailed):  # rank 0 reports this same error
+        else:  # another rank reports it
             time.sleep(PEER_EXIT_GRACE_SECONDS)
         return error.exit_code
     except KeyboardInterrupt:

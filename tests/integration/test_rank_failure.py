@@ -98,7 +98,7 @@ def test_a_bad_row_on_one_rank_stops_both_ranks_at_one_step_with_a_checkpoint(ma
                     timeout=120)  # without the skip, the start-up check refuses the row before step 1
     assert not run.timed_out and run.returncode != 0
     output = run.stdout + run.stderr
-    # rank 0 exits 1 too, unless the launcher, seeing rank 1 exit first, terminates it on its way out
+    # rank 1 prints its error and exits first; rank 0, which prints nothing, waits for it (dlrm.cli_errors)
     assert first_exit(output) == (1, 1)
     errors = [(rank, text) for rank, text in rank_lines(output) if "error:" in text]
     assert len(errors) == 1 and errors[0][0] == 1 and errors[0][1].startswith("error:"), errors
