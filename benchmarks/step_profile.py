@@ -2,14 +2,16 @@
 by class, next to what each class would take at the machine's measured GEMM rate or memory bandwidth.
 
 The step is `benchmarks.train_throughput`'s "ours" (reference dims, batch 8192, t15-shaped tables capped at
---max_rows, 2 intra-op threads, one inter-op thread: ops run one after another, each on both cores), in fp32
-and with --amp. After --warmup steps, --steps steps are recorded; every op the executor ran is put in one
-class by its name and type:
+--max_rows), or with `--arch widedeep` `benchmarks.widedeep_throughput`'s (NVIDIA's W&D tables, 5 x 1024,
+dropout 0.1, batch 16384); 2 intra-op threads, one inter-op thread: ops run one after another, each on both
+cores; in fp32 and with --amp. After --warmup steps, --steps steps are recorded; every op the executor ran
+is put in one class by its name and type:
 
 - mlp_gemm:     the MLPs' matrix products, forward and backward (MatMul and its fused forms);
 - interaction:  every op under the dot interaction's name scope, forward and backward;
 - embedding:    the lookups (gathers, the bags' segment sums, stacking the tables' outputs) and their
-                sparse gradients and updates (with the XLA-compiled row subtraction, TensorFlow 2.21);
+                sparse gradients and updates (with the XLA-compiled row subtraction, TensorFlow 2.21; the
+                trace does not name a compiled function, so W&D's compiled dropout masks count here too);
 - dense_update: the optimizer's update of the dense weights;
 - elementwise:  bias, ReLU and their gradients, casts, the loss, everything else.
 
@@ -21,7 +23,8 @@ it must move (each looked-up row read and written once forward; the gradient row
 read and written once by the update) at the memory bandwidth of a large copy. The ideal is a lower bound:
 the work at the best rate this machine showed, with nothing else in between.
 
-    .venv/bin/python -m benchmarks.step_profile      # ~2 minutes
+    .venv/bin/python -m benchmarks.step_profile                    # ~2 minutes
+    .venv/bin/python -m benchmarks.step_profile --arch widedeep    # ~3 minutes
 """
 from __future__ import annotations
 
@@ -32,16 +35,17 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from benchmarks import machine
+from benchmarks import machine, widedeep_throughput
 from benchmarks.train_throughput import GEMM_SHAPE, begin_run, make_batches, ours, reference_config, report_head
 from dlrm.config import Config
 from dlrm.data.synthetic.criteo import NUM_NUMERICAL, preset_cardinalities
+from dlrm.data.synthetic.widedeep_reference import DEEP_HIDDEN_UNITS, NUMERICAL_FEATURES
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import one_hot_tables
 from dlrm.model.interaction import NAME_SCOPE as INTERACTION_SCOPE
@@ -143,12 +147,11 @@ def interaction_flops(config: Config, batch: int) -> float:
     return 3 * 2.0 * batch * vectors * vectors * config.model.embedding_dim
 
 
-def embedding_bytes(config: Config, batch: int, element_bytes: int = 4) -> float:
-    """Bytes the lookups and the sparse update must move: every looked-up row read and its copy written
-    (forward); the gradient rows read and the table rows read and written (update)."""
-    rows = batch * len(preset_cardinalities("t15"))
-    row_bytes = config.model.embedding_dim * element_bytes
-    return rows * row_bytes * (2 + 3)
+def embedding_bytes(values_per_sample: int, batch: int, element_bytes: int = 4) -> float:
+    """Bytes the lookups and the sparse update must move, `values_per_sample` looked-up values per sample:
+    every looked-up row read and its copy written (forward); the gradient rows read and the table rows read
+    and written (update)."""
+    return batch * values_per_sample * element_bytes * (2 + 3)
 
 
 def profile(candidate, steps: int, warmup: int) -> tuple[Dict[str, Dict[str, float]], float]:
@@ -166,32 +169,59 @@ def profile(candidate, steps: int, warmup: int) -> tuple[Dict[str, Dict[str, flo
         shutil.rmtree(logdir, ignore_errors=True)
 
 
-def main(argv: Optional[List[str]] = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batch_size", type=int, default=8192)
-    parser.add_argument("--max_rows", type=int, default=200_000, help="cap on rows per t15-shaped table")
-    parser.add_argument("--steps", type=int, default=10, help="steps recorded per variant")
-    parser.add_argument("--warmup", type=int, default=3, help="steps run before recording")
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
-    parser.add_argument("--output", default=os.path.join(machine.RESULTS, "step_profile.json"))
-    args = parser.parse_args(argv)
-    command, started, load_before = begin_run("benchmarks.step_profile", argv, args.threads)
+def dlrm_setup(args) -> tuple[Callable[[bool], object], Dict[str, float]]:
+    """(the step's candidate for amp or not, its work by class) at the DLRM reference dims."""
     config = reference_config(0.01)
     table_sizes = [min(n, args.max_rows) for n in preset_cardinalities("t15")]
     batches = make_batches(table_sizes, args.batch_size, count=4)
     embeddings = LocalEmbedding(one_hot_tables(table_sizes, config.model.embedding_dim), seed=0)
-    rates = {"gemm_fp32": gemm_flops_per_second(tf.float32, args.batch_size),
-             "gemm_bf16": gemm_flops_per_second(tf.bfloat16, args.batch_size),
-             "memory": memory_bytes_per_second()}
     work = {"mlp_gemm": mlp_flops(config, args.batch_size), "interaction": interaction_flops(config, args.batch_size),
-            "embedding": embedding_bytes(config, args.batch_size)}
+            "embedding": embedding_bytes(len(table_sizes) * config.model.embedding_dim, args.batch_size)}
+    return lambda amp: ours(config, embeddings, batches, amp=amp, xla=False), work
+
+
+def widedeep_setup(args) -> tuple[Callable[[bool], object], Dict[str, float]]:
+    """(the step's candidate for amp or not, its work by class) of the reference Wide & Deep."""
+    options = widedeep_throughput.parse_args(["--batch_size", str(args.batch_size), "--max_rows", str(args.max_rows)])
+    tables = widedeep_throughput.capped_tables(args.max_rows)
+    batches = widedeep_throughput.make_batches(tables, args.batch_size, count=3)
+    deep_input = sum(t.dim for t in tables) + len(NUMERICAL_FEATURES)
+    work = {"mlp_gemm": widedeep_throughput.mlp_mflop_per_sample(deep_input, DEEP_HIDDEN_UNITS) * 1e6 * args.batch_size,
+            "embedding": embedding_bytes(sum(t.hotness * (t.dim + 1) for t in tables), args.batch_size)}  # deep + wide
+    return lambda amp: widedeep_throughput.ours(tables, batches, options, amp=amp)[0], work
+
+
+# Per --arch: how to build the step, its default batch and table cap, its report's name.
+ARCHS = {"dlrm": (dlrm_setup, 8192, 200_000, "step_profile"),
+         "widedeep": (widedeep_setup, 16384, 300_000, "step_profile_widedeep")}
+
+
+def main(argv: Optional[List[str]] = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arch", choices=tuple(ARCHS), default="dlrm")
+    parser.add_argument("--batch_size", type=int, help="default: 8192 (DLRM), 16384 (W&D)")
+    parser.add_argument("--max_rows", type=int, help="cap on rows per table; default: 200000 (DLRM), 300000 (W&D)")
+    parser.add_argument("--steps", type=int, default=10, help="steps recorded per variant")
+    parser.add_argument("--warmup", type=int, default=3, help="steps run before recording")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument("--rate_seconds", type=float, default=3.0, help="time spent measuring each rate")
+    parser.add_argument("--output", help="default: benchmarks/results/step_profile[_widedeep].json")
+    args = parser.parse_args(argv)
+    setup, batch_size, max_rows, report = ARCHS[args.arch]
+    args.batch_size = args.batch_size or batch_size
+    args.max_rows = args.max_rows or max_rows
+    args.output = args.output or os.path.join(machine.RESULTS, f"{report}.json")
+    command, started, load_before = begin_run("benchmarks.step_profile", argv, args.threads)
+    candidate, work = setup(args)
+    rates = {"gemm_fp32": gemm_flops_per_second(tf.float32, args.batch_size, args.rate_seconds),
+             "gemm_bf16": gemm_flops_per_second(tf.bfloat16, args.batch_size, args.rate_seconds),
+             "memory": memory_bytes_per_second(seconds=args.rate_seconds)}
     variants = {}
     for amp in (False, True):
         name = "amp" if amp else "fp32"
-        spent, wall = profile(ours(config, embeddings, batches, amp=amp, xla=False), args.steps, args.warmup)
+        spent, wall = profile(candidate(amp), args.steps, args.warmup)
         gemm_rate = rates["gemm_bf16" if amp else "gemm_fp32"]
-        ideal = {"mlp_gemm": work["mlp_gemm"] / gemm_rate, "interaction": work["interaction"] / gemm_rate,
-                 "embedding": work["embedding"] / rates["memory"]}
+        ideal = {cls: amount / (rates["memory"] if cls == "embedding" else gemm_rate) for cls, amount in work.items()}
         per_step = {c: sum(spent.get(c, {}).values()) / args.steps for c in CLASSES}
         variants[name] = {
             "step_seconds": wall / args.steps,
@@ -204,7 +234,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
         print(f"{name}: {wall / args.steps:.3f} s per step", flush=True)
     result = {**report_head("step_profile", started, command, load_before, argparse.Namespace(
         batch_size=args.batch_size, max_rows=args.max_rows, window_seconds=0.0, rounds=1, threads=args.threads),
-        steps=args.steps, warmup=args.warmup, inter_op_threads=1),
+        steps=args.steps, warmup=args.warmup, inter_op_threads=1, arch=args.arch),
         "rates": rates, "work": work, "variants": variants}
     machine.write_report(args.output, result, markdown(result, machine.machine_facts()), indent=2)
     return result
@@ -213,7 +243,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
 def markdown(result: dict, facts: dict) -> List[str]:
     """Per variant: each class's seconds per step, its share, its ideal and the ratio ideal / measured."""
     rates = result["rates"]
-    lines = [f"Where the training step's time goes, DLRM reference dims, batch {result['settings']['batch_size']}, "
+    model = "Wide & Deep reference" if result["settings"].get("arch") == "widedeep" else "DLRM reference dims"
+    lines = [f"Where the training step's time goes, {model}, batch {result['settings']['batch_size']}, "
              f"{machine.run_facts(result['date_utc'], facts)}, TensorFlow {result['machine']['tensorflow']}, "
              f"{result['settings']['intra_op_threads']} intra-op threads, {result['settings']['steps']} steps "
              f"recorded. Measured rates: GEMM fp32 {rates['gemm_fp32'] / 1e9:.0f} GFLOP/s, bf16 "

@@ -4,8 +4,12 @@ The trainer's invariant is that N ranks train exactly like one process on the gl
 dropout mask drawn per rank would depend on how rows are split over ranks; this one is a counter-based
 hash of the row's index in the dataset (and of the seed, the optimizer step, the layer and the unit),
 so a row gets the same mask whichever rank holds it. The hash is 32-bit integer arithmetic in
-TensorFlow ops (wrapping multiplies, shifts, xors: Chris Wellons' "lowbias32" mixer), so it runs
-inside XLA too; a unit is kept when the top 24 bits of its hash are at or above rate * 2^24.
+TensorFlow ops (wrapping multiplies, shifts, xors: Chris Wellons' "lowbias32" mixer); a unit is kept
+when the top 24 bits of its hash are at or above rate * 2^24.
+
+The dropout itself computes the mask, already scaled, in one XLA-compiled function: unfused, each of the
+hash's dozen integer ops is a pass over a [batch, units] tensor, which cost more than a tenth of a Wide &
+Deep step. XLA's integer arithmetic is exact, so the mask is the same bits either way.
 """
 from __future__ import annotations
 
@@ -50,10 +54,20 @@ def keep_mask(rows: int, units: int, rate: float, seed: int, step: tf.Tensor, fi
     return tf.bitwise.right_shift(hashed, _u32(8)) >= threshold
 
 
+def _scaled_keep_mask(rows: tf.Tensor, units: int, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
+                      layer: int, dtype: tf.DType) -> tf.Tensor:
+    """`keep_mask` as `dtype`: 1 / (1 - rate) where a unit is kept, 0 where it is dropped."""
+    keep = keep_mask(rows, units, rate, seed, step, first_row, layer)
+    return tf.where(keep, tf.cast(1.0 / (1.0 - rate), dtype), tf.zeros([], dtype))
+
+
+_compiled_scaled_keep_mask = tf.function(_scaled_keep_mask, jit_compile=True, autograph=False)
+
+
 def row_keyed_dropout(x: tf.Tensor, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
                       layer: int) -> tf.Tensor:
     """Inverted dropout of x [B, U] (kept units scaled by 1 / (1 - rate)) with `keep_mask`'s mask."""
     if rate <= 0.0:
         return x
-    mask = keep_mask(tf.shape(x)[0], int(x.shape[1]), rate, seed, step, first_row, layer)
-    return x * tf.cast(mask, x.dtype) * tf.cast(1.0 / (1.0 - rate), x.dtype)
+    scale = _compiled_scaled_keep_mask(tf.shape(x)[0], int(x.shape[1]), rate, seed, step, first_row, layer, x.dtype)
+    return x * tf.stop_gradient(scale)

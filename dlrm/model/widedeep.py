@@ -92,11 +92,13 @@ class WideDeepModel(EmbeddingModel):
         """numerical [B, n], embedded [B, deep dims + wide tables] float32 -> logits [B] float32.
 
         `dropout_key`: int64 [2] (step, first dataset row) when training with dropout, else None."""
+        # One split (its gradient: one concat), not two slices (each gradient a zero-padded full-width copy).
+        deep_vectors, wide_weights = tf.split(embedded, [self.deep_width, -1], axis=1)
         logits = tf.zeros(tf.shape(embedded)[:1])
         if self.deep is not None:
-            logits += self._deep_logit(self.deep, numerical, embedded[:, :self.deep_width], dropout_key)
+            logits += self._deep_logit(self.deep, numerical, deep_vectors, dropout_key)
         if self.wide_bias is not None:
-            logits += self._wide_logit(numerical, embedded[:, self.deep_width:])
+            logits += self._wide_logit(numerical, wide_weights)
         return logits
 
     @property

@@ -1,6 +1,7 @@
 """The training-throughput benchmarks run end to end at a tiny size and write their reports: every candidate
 measured, the headline ratios finite, and the bfloat16 caveat present exactly when this CPU has no bfloat16
-instructions. Their figures are not checked (benchmarks/, not tests, hold speed); that they run is."""
+instructions; the W&D step profile puts its op time in classes. Their figures are not checked (benchmarks/,
+not tests, hold speed); that they run is."""
 import json
 import math
 import subprocess
@@ -19,12 +20,14 @@ SKIP_XLA = ["--skip", "ours_fp32_xla", "ours_amp_xla", "keras_fit_fp32_jit", "ou
 
 @pytest.mark.slow
 def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
-    train_json, widedeep_json = tmp_path / "train.json", tmp_path / "widedeep.json"
-    script = ("import sys; from benchmarks import train_throughput, widedeep_throughput; "
-              "train_throughput.main(sys.argv[3:] + ['--output', sys.argv[1]]); "
-              "widedeep_throughput.main(sys.argv[3:] + ['--output', sys.argv[2]])")
-    done = subprocess.run([sys.executable, "-c", script, str(train_json), str(widedeep_json), *TINY, *SKIP_XLA],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    train_json, widedeep_json, profile_json = (tmp_path / name for name in ("train.json", "widedeep.json", "prof.json"))
+    script = ("import sys; from benchmarks import step_profile, train_throughput, widedeep_throughput; "
+              "train_throughput.main(sys.argv[4:] + ['--output', sys.argv[1]]); "
+              "widedeep_throughput.main(sys.argv[4:] + ['--output', sys.argv[2]]); "
+              "step_profile.main(['--arch', 'widedeep', '--batch_size', '32', '--max_rows', '64', '--steps', '2', "
+              "'--warmup', '1', '--rate_seconds', '0.1', '--output', sys.argv[3]])")
+    done = subprocess.run([sys.executable, "-c", script, str(train_json), str(widedeep_json), str(profile_json),
+                           *TINY, *SKIP_XLA], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
     native = native_bf16(cpu_flags())
@@ -45,6 +48,13 @@ def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
     assert all(math.isfinite(headline[k]) and headline[k] > 0 for k in
                ("ours_train_vs_best_keras_train", "ours_amp_train_vs_keras_bf16_train",
                 "ours_amp_train_vs_ours_fp32_train"))
+
+    profile = json.loads(profile_json.read_text())
+    assert profile["settings"]["arch"] == "widedeep" and set(profile["variants"]) == {"fp32", "amp"}
+    for variant in profile["variants"].values():
+        assert variant["class_seconds"]["mlp_gemm"] > 0 and variant["class_seconds"]["embedding"] > 0, variant
+        assert set(variant["ideal_seconds"]) == {"mlp_gemm", "embedding"}
+    assert profile_json.with_suffix(".md").read_text().startswith("Where the training step's time goes, Wide & Deep")
 
     for report in (train_json, widedeep_json):
         table = report.with_suffix(".md").read_text()
