@@ -35,7 +35,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -61,9 +61,8 @@ DENSE_UPDATE_TYPES = ("ResourceApplyGradientDescent", "ResourceApplyAdagradV2", 
                       "ResourceApplyRMSProp", "ResourceApplyFtrl", "AssignSubVariableOp", "AssignAddVariableOp")
 
 
-# How the trace names a run of an XLA-compiled function (its ops are not executor ops), and the type shown for it.
+# How the trace names a run of an XLA-compiled function (its ops are not executor ops).
 XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
-XLA_OP_TYPE = "XLA row subtraction"
 
 
 def op_class(name: str, op_type: str) -> str:
@@ -80,8 +79,9 @@ def op_class(name: str, op_type: str) -> str:
     return "elementwise"
 
 
-def op_seconds(logdir: str) -> Dict[str, Dict[str, float]]:
-    """Seconds per (class, op type) of every op the executor ran in the profile written under `logdir`."""
+def op_seconds(logdir: str, compiled: str = "XLA row subtraction") -> Dict[str, Dict[str, float]]:
+    """Seconds per (class, op type) of every op the executor ran in the profile written under `logdir`;
+    `compiled`: the type shown for the runs of XLA-compiled functions (the embedding class's)."""
     paths = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))
     if not paths:
         raise RuntimeError(f"the profiler wrote no trace under {logdir}")
@@ -97,8 +97,8 @@ def op_seconds(logdir: str) -> Dict[str, Dict[str, float]]:
                 continue
             for event in line.events:
                 metadata = plane.event_metadata[event.metadata_id]
-                if metadata.name == XLA_RUN:  # the step's one compiled function: the tables' row subtraction
-                    spent["embedding"][XLA_OP_TYPE] += event.duration_ps * 1e-12
+                if metadata.name == XLA_RUN:  # a compiled function: the tables' row subtraction (W&D: dropout)
+                    spent["embedding"][compiled] += event.duration_ps * 1e-12
                     continue
                 if ":" not in metadata.name or not metadata.display_name:
                     continue  # executor bookkeeping, not an op
@@ -154,7 +154,8 @@ def embedding_bytes(values_per_sample: int, batch: int, element_bytes: int = 4) 
     return batch * values_per_sample * element_bytes * (2 + 3)
 
 
-def profile(candidate, steps: int, warmup: int) -> tuple[Dict[str, Dict[str, float]], float]:
+def profile(candidate, steps: int, warmup: int,
+            compiled: str = "XLA row subtraction") -> tuple[Dict[str, Dict[str, float]], float]:
     """(seconds per class and op type over `steps` steps, the steps' wall seconds) of one candidate."""
     candidate.run(warmup)
     logdir = tempfile.mkdtemp(prefix="step_profile_")
@@ -164,7 +165,7 @@ def profile(candidate, steps: int, warmup: int) -> tuple[Dict[str, Dict[str, flo
     wall = time.perf_counter() - start
     tf.profiler.experimental.stop()
     try:
-        return op_seconds(logdir), wall
+        return op_seconds(logdir, compiled), wall
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
 
@@ -191,9 +192,20 @@ def widedeep_setup(args) -> tuple[Callable[[bool], object], Dict[str, float]]:
     return lambda amp: widedeep_throughput.ours(tables, batches, options, amp=amp)[0], work
 
 
-# Per --arch: how to build the step, its default batch and table cap, its report's name.
-ARCHS = {"dlrm": (dlrm_setup, 8192, 200_000, "step_profile"),
-         "widedeep": (widedeep_setup, 16384, 300_000, "step_profile_widedeep")}
+class Arch(NamedTuple):
+    """How to profile one --arch: build its step, its default batch and table cap, its report's name, and
+    what its XLA-compiled functions are (the trace does not name them)."""
+
+    setup: Callable[[argparse.Namespace], tuple[Callable[[bool], object], Dict[str, float]]]
+    batch_size: int
+    max_rows: int
+    report: str
+    compiled: str
+
+
+ARCHS = {"dlrm": Arch(dlrm_setup, 8192, 200_000, "step_profile", "XLA row subtraction"),
+         "widedeep": Arch(widedeep_setup, 16384, 300_000, "step_profile_widedeep",
+                          "XLA row subtraction + dropout masks")}
 
 
 def main(argv: Optional[List[str]] = None) -> dict:
@@ -207,19 +219,19 @@ def main(argv: Optional[List[str]] = None) -> dict:
     parser.add_argument("--rate_seconds", type=float, default=3.0, help="time spent measuring each rate")
     parser.add_argument("--output", help="default: benchmarks/results/step_profile[_widedeep].json")
     args = parser.parse_args(argv)
-    setup, batch_size, max_rows, report = ARCHS[args.arch]
-    args.batch_size = args.batch_size or batch_size
-    args.max_rows = args.max_rows or max_rows
-    args.output = args.output or os.path.join(machine.RESULTS, f"{report}.json")
+    arch = ARCHS[args.arch]
+    args.batch_size = args.batch_size or arch.batch_size
+    args.max_rows = args.max_rows or arch.max_rows
+    args.output = args.output or os.path.join(machine.RESULTS, f"{arch.report}.json")
     command, started, load_before = begin_run("benchmarks.step_profile", argv, args.threads)
-    candidate, work = setup(args)
+    candidate, work = arch.setup(args)
     rates = {"gemm_fp32": gemm_flops_per_second(tf.float32, args.batch_size, args.rate_seconds),
              "gemm_bf16": gemm_flops_per_second(tf.bfloat16, args.batch_size, args.rate_seconds),
              "memory": memory_bytes_per_second(seconds=args.rate_seconds)}
     variants = {}
     for amp in (False, True):
         name = "amp" if amp else "fp32"
-        spent, wall = profile(candidate(amp), args.steps, args.warmup)
+        spent, wall = profile(candidate(amp), args.steps, args.warmup, arch.compiled)
         gemm_rate = rates["gemm_bf16" if amp else "gemm_fp32"]
         ideal = {cls: amount / (rates["memory"] if cls == "embedding" else gemm_rate) for cls, amount in work.items()}
         per_step = {c: sum(spent.get(c, {}).values()) / args.steps for c in CLASSES}

@@ -8,8 +8,9 @@ TensorFlow ops (wrapping multiplies, shifts, xors: Chris Wellons' "lowbias32" mi
 when the top 24 bits of its hash are at or above rate * 2^24.
 
 The dropout itself computes the mask, already scaled, in one XLA-compiled function: unfused, each of the
-hash's dozen integer ops is a pass over a [batch, units] tensor, which cost more than a tenth of a Wide &
-Deep step. XLA's integer arithmetic is exact, so the mask is the same bits either way.
+hash's dozen integer ops is a pass over a [batch, units] tensor (the cost: docs/benchmarks.md, the step
+profile). XLA's integer arithmetic is exact, so the mask is the same bits either way. XLA compiles once
+per local batch size (a short last batch adds one compilation).
 """
 from __future__ import annotations
 

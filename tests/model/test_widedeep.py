@@ -12,7 +12,7 @@ from dlrm.data.synthetic import widedeep_reference as ref
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import FeatureContract, TableConfig
 from dlrm.model.build import build_model
-from dlrm.model.dropout import keep_mask
+from dlrm.model.dropout import keep_mask, row_keyed_dropout
 from dlrm.model.size import parameter_count, parameter_count_of
 from dlrm.model_tables import model_tables
 from tests.support.contracts import one_hot_contract
@@ -172,6 +172,23 @@ def test_keep_mask_keeps_one_minus_rate_of_the_units_independently():
     other_layer = keep_mask(4000, 256, 0.1, 0, tf.constant(3, tf.int64), tf.constant(2**33, tf.int64), layer=3)
     agreement = np.mean(mask == other_layer.numpy())
     assert abs(agreement - (0.9 ** 2 + 0.1 ** 2)) < 0.005  # layers draw independent masks
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_compiled_dropout_drops_and_scales_exactly_as_the_plain_mask_says(dtype):
+    """The dropout computes its mask in an XLA-compiled function: the same bits as `keep_mask` in plain ops,
+    forward and backward, with a first row past 2^32 (the mask's 64-bit row arithmetic)."""
+    x = tf.cast(tf.random.stateless_normal([300, 96], seed=[1, 2]), dtype)
+    step, first_row = tf.constant(7, tf.int64), tf.constant(2**32 + 5, tf.int64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        dropped = row_keyed_dropout(x, 0.1, 3, step, first_row, layer=1)
+    gradient = tape.gradient(dropped, x, output_gradients=tf.ones_like(x) * tf.constant(0.5, dtype))
+    mask = tf.cast(keep_mask(300, 96, 0.1, 3, step, first_row, layer=1), dtype)
+    scale = tf.cast(1.0 / 0.9, dtype)
+    assert np.array_equal(dropped.numpy(), (x * mask * scale).numpy())
+    assert np.array_equal(gradient.numpy(), (tf.ones_like(x) * tf.constant(0.5, dtype) * scale * mask).numpy())
+    assert 0.85 < mask.numpy().astype(np.float32).mean() < 0.95
 
 
 def test_amp_computes_the_deep_part_in_16_bits_and_stays_close():
