@@ -7,9 +7,9 @@
   `exit_code` (1 unless it says otherwise: a usage error 2, a signal 128 + its number);
 - an error that every rank raises identically (`on_every_rank`) is printed by rank 0 only; one that
   a single rank saw is printed by that rank as `error: rank k: <message>`; `PeerRankFailed` (this
-  rank stopped because another one failed) prints nothing, the failed rank says why. A rank that
-  prints nothing waits a few seconds before it exits: a launcher such as horovodrun or mpirun ends
-  every rank as soon as one exits with an error, so the rank that reports must exit first;
+  rank stopped because another one failed) prints nothing, the failed rank says why. A launcher such
+  as horovodrun or mpirun ends every rank as soon as one exits with an error, so the rank that
+  reports must exit first: a rank that prints nothing waits a few seconds (`dist.leave_after_error`);
 - Horovod's report of a dead or stalled peer rank prints one line naming this rank;
 - Ctrl-C outside the training loop (which handles it itself) exits 130 with one line from rank 0;
 - anything else is a bug and keeps its traceback.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 import traceback
 from typing import Callable, Optional, Sequence
 
@@ -67,8 +66,7 @@ def run_main(main: Callable[[list], Optional[int]], argv: Optional[Sequence[str]
         text = user_error_text(error, world.rank, world.size)
         if text:
             _print(text)
-        else:  # another rank reports it
-            time.sleep(PEER_EXIT_GRACE_SECONDS)
+        dist.leave_after_error(error.exit_code, reported=text is not None, grace_seconds=PEER_EXIT_GRACE_SECONDS)
         return error.exit_code
     except KeyboardInterrupt:
         if debug:

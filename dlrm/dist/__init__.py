@@ -30,7 +30,7 @@ from dlrm.dist.launcher import (
 
 __all__ = ["BACKENDS", "ENV_DEFAULTS_FILE", "AveragingTape", "Failure", "LauncherWorld", "ProcessGroup",
            "apply_env_defaults", "choose_backend", "env_defaults", "is_peer_failure", "launcher_world",
-           "pin_gpu_to_local_rank", "single_process", "start"]
+           "leave_after_error", "pin_gpu_to_local_rank", "single_process", "start"]
 
 _started: Optional[ProcessGroup] = None  # a backend starts once per process; later calls get the same group
 
@@ -65,6 +65,12 @@ def start(backend: str = "auto") -> ProcessGroup:
 def single_process() -> ProcessGroup:
     """A world of one that never starts a backend: for tools and tests working outside a run."""
     return ProcessGroup(0, 1, 0, 1, launcher_world({}))
+
+
+def leave_after_error(exit_code: int, reported: bool, grace_seconds: float) -> None:
+    """After a user error: what the started backend's `ProcessGroup.leave_after_error` does (a world of
+    one's if none started: the launcher may still have started several processes)."""
+    (_started or single_process()).leave_after_error(exit_code, reported, grace_seconds)
 
 
 def is_peer_failure(error: BaseException) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -58,6 +59,17 @@ class ProcessGroup:
     def is_peer_failure(self, error: BaseException) -> bool:
         """True if `error` is the backend reporting that another rank died or stalled (not a bug here)."""
         return False
+
+    def leave_after_error(self, exit_code: int, reported: bool, grace_seconds: float) -> None:
+        """The last thing a rank does after a user error, before it exits with `exit_code`.
+
+        A launcher (horovodrun, mpirun) ends every rank as soon as one exits with an error, so the rank
+        that reported the error (`reported`) must exit first: a rank that reported nothing waits
+        `grace_seconds`. A backend whose normal exit would hold the reporting rank (MPI) ends the process
+        here instead of returning.
+        """
+        if not reported:
+            time.sleep(grace_seconds)
 
     def collective_seconds(self) -> Optional[Dict[str, CollectiveTime]]:
         """This rank's time in collectives so far, by kind ("alltoall", "allreduce", "allgather",

@@ -6,6 +6,8 @@
   and the fixed-buffer average: bit-equal to the sum in rank order / N on every rank, with ranks arriving
   in a different order.
 - A rank that stops (SIGSTOP) is named by the others within the collective deadline, and the job ends.
+- After an error one rank reports, that rank exits first (mpirun names it) once the others have cleaned
+  up, and the job ends without waiting out the others' grace time.
 - `main.py` on the MPI backend: SIGSTOP of a rank mid-training ends the job within the deadline with one
   line per waiting rank naming the stopped one, and leaves no process behind; in steady training (between
   checkpoints) the short step deadline ends it, not the long collective one.
@@ -75,6 +77,23 @@ def test_a_stopped_rank_is_named_and_the_job_ends_within_the_deadline():
     assert lines and set(lines) <= {f"error: rank {r}: no data from rank 1 in 'after_stop.sizes' within 5 s (rank dead "
                                     f"or stalled); ending the job" for r in (0, 2)}, lines
     assert len(pids) == 3 and gone
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_the_reporting_rank_leaves_first_once_the_others_cleaned_up():
+    from tests.support.processes import first_exit
+    from tests.workers.collectives import LEAVE_GRACE_SECONDS
+
+    run = run_ranks(3, worker_argv("collectives", "leave", "1"), backend="mpi", timeout=2 * LEAVE_GRACE_SECONDS)
+    _clean_up(r["pid"] for r in run.results.values())
+    output = run.stdout + run.stderr
+    assert not run.timed_out and run.returncode == 3, output[-3000:]
+    assert first_exit(output) == (1, 3), output[-3000:]
+    assert [text for _, text in rank_lines(output) if text.startswith("error:")] == ["error: rank 1: reported"]
+    cleaned_up = {name for name in os.listdir(run.result_dir) if name.startswith("cleaned_up_")}
+    assert cleaned_up == {"cleaned_up_0", "cleaned_up_2"}  # before rank 1 left (mpirun then ended them)
+    assert run.elapsed < LEAVE_GRACE_SECONDS, run.elapsed  # the others' grace was cut short by mpirun
 
 
 def _training_job(work: str, world: int, env: dict | None = None, checkpoint_every: int = 2):

@@ -3,6 +3,7 @@
     python -m tests.workers.collectives check     every collective, eager and inside tf.function; writes the
                                                   bits of its fixed-buffer average (the test compares ranks)
     python -m tests.workers.collectives stall R   rank R stops itself (SIGSTOP) before a barrier
+    python -m tests.workers.collectives leave R   after an error rank R reports, the others clean up first
 
 Uneven and empty splits, zero-row inputs, gradients of the all-to-all; rank-dependent sleeps vary the
 timing; each rank's time in collectives by kind. A failed check raises: the launch ends non-zero with the traceback.
@@ -156,9 +157,29 @@ def stall(group, stopped: int) -> None:
     group.allgather_object("after the stop", name="after_stop")
 
 
+LEAVE_GRACE_SECONDS = 60.0  # far above how long the leave test allows the job
+CLEANUP_SECONDS = 2.0
+
+
+def leave(group, reporting: int) -> None:
+    """As `dlrm.cli_errors` after an agreed error: rank `reporting` prints it and leaves; the others first
+    clean up (slowly: `CLEANUP_SECONDS`, then a file the test looks for), then leave without a word."""
+    group.barrier()
+    write_rank_result(group.rank, {"pid": os.getpid()})
+    if group.rank == reporting:
+        print(f"error: rank {group.rank}: reported", file=sys.stderr, flush=True)
+    else:
+        time.sleep(CLEANUP_SECONDS)
+        Path(os.environ[RESULT_DIR_ENV], f"cleaned_up_{group.rank}").touch()
+    group.leave_after_error(3, reported=group.rank == reporting, grace_seconds=LEAVE_GRACE_SECONDS)
+    sys.exit(3)  # backends that do not end the process there
+
+
 if __name__ == "__main__":
     started = dist.start()
     if sys.argv[1] == "check":
         check(started)
-    else:
+    elif sys.argv[1] == "stall":
         stall(started, int(sys.argv[2]))
+    else:
+        leave(started, int(sys.argv[2]))
