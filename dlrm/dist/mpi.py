@@ -53,8 +53,6 @@ DEFAULT_TIMEOUT_SECONDS = 300.0
 DEFAULT_STEP_TIMEOUT_SECONDS = 10.0
 ABORT_EXIT_CODE = 1
 _TAG_CYCLE = 32000  # MPI guarantees tags up to 32767
-_LEAVING_TAG = _TAG_CYCLE + 1  # "this rank is leaving after an error": no collective uses it
-_LEAVING_POLL_SECONDS = 0.01
 _SPIN_POLLS = 50  # polls without sleeping before backing off (small messages arrive within microseconds)
 _MAX_POLL_SLEEP = 0.001
 _FROZEN_GAP = 0.5  # a gap this long between two polls (which sleep 1 ms at most) is time this rank did not run
@@ -151,29 +149,19 @@ class MpiGroup(ProcessGroup):
         return {kind: dataclasses.replace(time_) for kind, time_ in self._clock.items()}
 
     def leave_after_error(self, exit_code: int, reported: bool, grace_seconds: float) -> None:
-        """Exits here, without `MPI_Finalize`: at exit it waits for every peer, so a reporting rank would
-        leave only with the last of them (one that waited `grace_seconds`), and under srun a peer gone
-        without it could hold the others. Every rank tells its peers it is leaving (its cleanup after the
-        agreed failure is done, e.g. rank 0 removing a partial checkpoint); a rank that reported the error
-        exits as soon as every peer has said so (at most `grace_seconds`), so mpirun names it and ends the
-        rest at once; the others exit after `grace_seconds` (srun, which does not end them, waits for them)."""
-        if self.size == 1:
+        """A rank that reported nothing waits its grace after `MPI_Finalize`, not before: finalizing waits
+        for every rank, so it returns once the reporting rank has printed its error and is leaving too
+        (and every rank is done with its cleanup, e.g. rank 0 removing a partial checkpoint); then the
+        reporting rank exits at once, mpirun names it and ends the others, which are still waiting. (Waiting
+        before finalizing held the reporting rank in its own `MPI_Finalize` until the others' grace was
+        over.) The reporting rank returns and finalizes at exit; srun, which does not end the others when
+        one fails, waits out their grace."""
+        if reported or self.size == 1:
             return
         from mpi4py import MPI
 
-        comm, nothing = self._comm, np.empty(0, np.uint8)
-        sending = [comm.Isend([nothing, MPI.BYTE], dest=peer, tag=_LEAVING_TAG) for peer in self._peers]
-        waiting_for = set(self._peers) if reported else set()
-        deadline = time.monotonic() + grace_seconds
-        while time.monotonic() < deadline and (waiting_for or not reported):
-            for peer in list(waiting_for):
-                if comm.Iprobe(source=peer, tag=_LEAVING_TAG):
-                    waiting_for.discard(peer)
-            sending = [request for request in sending if not request.Test()]
-            time.sleep(_LEAVING_POLL_SECONDS)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_code)
+        MPI.Finalize()
+        time.sleep(grace_seconds)
 
     @contextlib.contextmanager
     def steady_step(self, steady: bool = True) -> Iterator[None]:

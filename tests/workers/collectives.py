@@ -165,14 +165,14 @@ def leave(group, reporting: int) -> None:
     """As `dlrm.cli_errors` after an agreed error: rank `reporting` prints it and leaves; the others first
     clean up (slowly: `CLEANUP_SECONDS`, then a file the test looks for), then leave without a word."""
     group.barrier()
-    write_rank_result(group.rank, {"pid": os.getpid()})
+    write_rank_result(group.rank, {"pid": os.getpid(), "erred_at": time.time()})
     if group.rank == reporting:
         print(f"error: rank {group.rank}: reported", file=sys.stderr, flush=True)
     else:
         time.sleep(CLEANUP_SECONDS)
         Path(os.environ[RESULT_DIR_ENV], f"cleaned_up_{group.rank}").touch()
     group.leave_after_error(3, reported=group.rank == reporting, grace_seconds=LEAVE_GRACE_SECONDS)
-    sys.exit(3)  # backends that do not end the process there
+    sys.exit(3)
 
 
 if __name__ == "__main__":
