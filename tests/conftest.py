@@ -8,7 +8,8 @@ depend on the stack (data, planner arithmetic, launch scripts, Spark) runs once,
 `make test` runs the suite on two pytest-xdist workers. The tests that start several processes, daemons or
 a Spark session (markers `multirank`, `slurm`, `spark`) form one group, run one at a time on one worker,
 because they use both cores, fixed ports or bounds on how fast a job ends; beside them the other worker runs
-the rest, a test module per unit, so that a module's fixtures are built once.
+the rest, a test module per unit, so that a module's fixtures are built once. The cross-stack checkpoint
+tests start ranks but have neither fixed ports nor time bounds: they run beside that group, as a module.
 """
 import pytest
 
@@ -20,13 +21,17 @@ TENSORFLOW_DEPENDENT = ("tests/model/", "tests/embedding/", "tests/train/test_ch
 
 
 ONE_AT_A_TIME = ("multirank", "slurm", "spark")
+# Multi-process modules with neither fixed ports nor bounds on how fast a job ends, and long: they run as a
+# module group beside the one-at-a-time group (on the Horovod lane the other worker would otherwise be idle).
+BESIDE_ONE_AT_A_TIME = ("tests/integration/test_cross_stack.py",)
 
 
 def xdist_group(item: pytest.Item) -> str:
     """The worker group of a test: one for every test that must run alone, else its module."""
-    if any(item.get_closest_marker(marker) for marker in ONE_AT_A_TIME):
+    module = item.nodeid.split("::")[0]
+    if module not in BESIDE_ONE_AT_A_TIME and any(item.get_closest_marker(marker) for marker in ONE_AT_A_TIME):
         return "one_at_a_time"
-    return item.nodeid.split("::")[0]
+    return module
 
 
 def pytest_collection_finish(session):
