@@ -7,7 +7,7 @@ VENV ?= $(or $(DLRM_VENV),$(if $(filter horovod,$(STACK)),.venv-horovod,.venv))
 PY := $(VENV)/bin/python
 # pytest-xdist workers (tests/conftest.py: the multi-process tests run one at a time on one of them).
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # The other stack's interpreter, for the tests that restore one stack's checkpoints on the other.
 OTHER_VENV ?= $(if $(filter horovod,$(STACK)),.venv,.venv-horovod)
 

@@ -5,11 +5,13 @@ that is the Horovod backend (marked where it is launched), checkpoints crossing 
 TensorFlow/Keras-dependent code below, whose files are marked here as a whole; code that does not
 depend on the stack (data, planner arithmetic, launch scripts, Spark) runs once, on the current stack.
 
-`make test` runs the suite on two pytest-xdist workers. The tests that start several processes, daemons or
-a Spark session (markers `multirank`, `slurm`, `spark`) form one group, run one at a time on one worker,
-because they use both cores, fixed ports or bounds on how fast a job ends; beside them the other worker runs
-the rest, a test module per unit, so that a module's fixtures are built once. The cross-stack checkpoint
-tests start ranks but have neither fixed ports nor time bounds: they run beside that group, as a module.
+`make test` runs the suite on two pytest-xdist workers. The tests that start several processes or daemons
+(markers `multirank`, `slurm`) form one group, run one at a time on one worker, because they use fixed
+ports or bound how fast a job ends; beside them the other worker runs the rest, a test module per unit, so
+that a module's fixtures (a Spark session) are built once. The cross-stack checkpoint tests start ranks but
+have neither fixed ports nor time bounds: they run beside that group, as a module. The groups are handed
+out longest first (`--no-loadscope-reorder` keeps this order): the one-at-a-time group, then the modules
+with `slow` tests, then the rest, so that no long module is left for the end.
 """
 import pytest
 
@@ -20,7 +22,7 @@ TENSORFLOW_DEPENDENT = ("tests/model/", "tests/embedding/", "tests/train/test_ch
                         "tests/train/test_widedeep_optimizers.py", "tests/export/")
 
 
-ONE_AT_A_TIME = ("multirank", "slurm", "spark")
+ONE_AT_A_TIME = ("multirank", "slurm")
 # Multi-process modules with neither fixed ports nor bounds on how fast a job ends, and long: they run as a
 # module group beside the one-at-a-time group (on the Horovod lane the other worker would otherwise be idle).
 BESIDE_ONE_AT_A_TIME = ("tests/integration/test_cross_stack.py",)
@@ -28,10 +30,22 @@ BESIDE_ONE_AT_A_TIME = ("tests/integration/test_cross_stack.py",)
 
 def xdist_group(item: pytest.Item) -> str:
     """The worker group of a test: one for every test that must run alone, else its module."""
-    module = item.nodeid.split("::")[0]
+    module = _module(item)
     if module not in BESIDE_ONE_AT_A_TIME and any(item.get_closest_marker(marker) for marker in ONE_AT_A_TIME):
         return "one_at_a_time"
     return module
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def longest_first(items: list) -> list:
+    """`items` with the one-at-a-time group first, then the modules that hold a `slow` test, then the rest,
+    each in collection order (pytest-xdist hands the groups out in the order their first test comes)."""
+    slow_modules = {_module(item) for item in items if item.get_closest_marker("slow")}
+    return sorted(items, key=lambda item: 0 if xdist_group(item) == "one_at_a_time" else
+                  1 if _module(item) in slow_modules else 2)
 
 
 def pytest_collection_finish(session):
@@ -47,6 +61,8 @@ def pytest_collection_finish(session):
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     grouped = config.pluginmanager.hasplugin("xdist")
+    if grouped:
+        items[:] = longest_first(items)
     for item in items:
         if item.nodeid.startswith(TENSORFLOW_DEPENDENT):
             item.add_marker(pytest.mark.both_stacks)

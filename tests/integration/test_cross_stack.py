@@ -24,6 +24,7 @@ from tests.support.multirank import run_ranks, scratch_dir
 OTHER_PYTHON = os.environ.get("DLRM_OTHER_STACK_PYTHON", "")
 pytestmark = [
     pytest.mark.both_stacks,
+    pytest.mark.slow,
     pytest.mark.skipif(not (installed("horovod") and os.path.exists(OTHER_PYTHON)),
                        reason="runs on the Horovod stack with DLRM_OTHER_STACK_PYTHON set to the current stack's "
                               "interpreter (CI's Horovod lane: make STACK=horovod test-horovod-lane)"),
