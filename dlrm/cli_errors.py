@@ -66,7 +66,7 @@ def run_main(main: Callable[[list], Optional[int]], argv: Optional[Sequence[str]
         text = user_error_text(error, world.rank, world.size)
         if text:
             _print(text)
-        dist.leave_after_error(error.exit_code, reported=text is not None, grace_seconds=PEER_EXIT_GRACE_SECONDS)
+        dist.leave_after_error(reported=text is not None, grace_seconds=PEER_EXIT_GRACE_SECONDS)
         return error.exit_code
     except KeyboardInterrupt:
         if debug:

@@ -8,10 +8,9 @@ depend on the stack (data, planner arithmetic, launch scripts, Spark) runs once,
 `make test` runs the suite on two pytest-xdist workers. The tests that start several processes or daemons
 (markers `multirank`, `slurm`) form one group, run one at a time on one worker, because they use fixed
 ports or bound how fast a job ends; beside them the other worker runs the rest, a test module per unit, so
-that a module's fixtures (a Spark session) are built once. The cross-stack checkpoint tests start ranks but
-have neither fixed ports nor time bounds: they run beside that group, as a module. The groups are handed
-out longest first (`--no-loadscope-reorder` keeps this order): the one-at-a-time group, then the modules
-with `slow` tests, then the rest, so that no long module is left for the end.
+that a module's fixtures (a Spark session) are built once. The groups are handed out longest first
+(`--no-loadscope-reorder` keeps this order): the one-at-a-time group, then the modules with `slow` tests,
+then the rest, so that no long module is left for the end.
 """
 import pytest
 
@@ -23,17 +22,13 @@ TENSORFLOW_DEPENDENT = ("tests/model/", "tests/embedding/", "tests/train/test_ch
 
 
 ONE_AT_A_TIME = ("multirank", "slurm")
-# Multi-process modules with neither fixed ports nor bounds on how fast a job ends, and long: they run as a
-# module group beside the one-at-a-time group (on the Horovod lane the other worker would otherwise be idle).
-BESIDE_ONE_AT_A_TIME = ("tests/integration/test_cross_stack.py",)
 
 
 def xdist_group(item: pytest.Item) -> str:
     """The worker group of a test: one for every test that must run alone, else its module."""
-    module = _module(item)
-    if module not in BESIDE_ONE_AT_A_TIME and any(item.get_closest_marker(marker) for marker in ONE_AT_A_TIME):
+    if any(item.get_closest_marker(marker) for marker in ONE_AT_A_TIME):
         return "one_at_a_time"
-    return module
+    return _module(item)
 
 
 def _module(item: pytest.Item) -> str:

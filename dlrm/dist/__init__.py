@@ -67,10 +67,10 @@ def single_process() -> ProcessGroup:
     return ProcessGroup(0, 1, 0, 1, launcher_world({}))
 
 
-def leave_after_error(exit_code: int, reported: bool, grace_seconds: float) -> None:
+def leave_after_error(reported: bool, grace_seconds: float) -> None:
     """After a user error: what the started backend's `ProcessGroup.leave_after_error` does (a world of
     one's if none started: the launcher may still have started several processes)."""
-    (_started or single_process()).leave_after_error(exit_code, reported, grace_seconds)
+    (_started or single_process()).leave_after_error(reported, grace_seconds)
 
 
 def is_peer_failure(error: BaseException) -> bool:

@@ -60,13 +60,13 @@ class ProcessGroup:
         """True if `error` is the backend reporting that another rank died or stalled (not a bug here)."""
         return False
 
-    def leave_after_error(self, exit_code: int, reported: bool, grace_seconds: float) -> None:
-        """The last thing a rank does after a user error, before it exits with `exit_code`.
+    def leave_after_error(self, reported: bool, grace_seconds: float) -> None:
+        """The last thing a rank does after a user error, before it exits.
 
         A launcher (horovodrun, mpirun) ends every rank as soon as one exits with an error, so the rank
         that reported the error (`reported`) must exit first: a rank that reported nothing waits
-        `grace_seconds`. A backend whose normal exit would hold the reporting rank (MPI) ends the process
-        here instead of returning.
+        `grace_seconds` (on the MPI backend after finalizing, whose wait would otherwise hold the
+        reporting rank as long).
         """
         if not reported:
             time.sleep(grace_seconds)

@@ -109,9 +109,12 @@ def _abort_on_uncaught_exception(comm) -> None:
     previous = sys.excepthook
 
     def hook(kind, value, traceback) -> None:
+        from mpi4py import MPI
+
         previous(kind, value, traceback)
         sys.stderr.flush()
-        comm.Abort(ABORT_EXIT_CODE)
+        if not MPI.Is_finalized():  # e.g. Ctrl-C while a rank waits out its grace (`leave_after_error`)
+            comm.Abort(ABORT_EXIT_CODE)
 
     sys.excepthook = hook
 
@@ -148,14 +151,14 @@ class MpiGroup(ProcessGroup):
     def collective_seconds(self) -> Dict[str, CollectiveTime]:
         return {kind: dataclasses.replace(time_) for kind, time_ in self._clock.items()}
 
-    def leave_after_error(self, exit_code: int, reported: bool, grace_seconds: float) -> None:
-        """A rank that reported nothing waits its grace after `MPI_Finalize`, not before: finalizing waits
-        for every rank, so it returns once the reporting rank has printed its error and is leaving too
-        (and every rank is done with its cleanup, e.g. rank 0 removing a partial checkpoint); then the
-        reporting rank exits at once, mpirun names it and ends the others, which are still waiting. (Waiting
-        before finalizing held the reporting rank in its own `MPI_Finalize` until the others' grace was
-        over.) The reporting rank returns and finalizes at exit; srun, which does not end the others when
-        one fails, waits out their grace."""
+    def leave_after_error(self, reported: bool, grace_seconds: float) -> None:
+        """A rank that reported nothing waits its grace after `MPI_Finalize`, not before. Open MPI's
+        finalize waits for every rank, so it returns once the reporting rank has printed its error and is
+        leaving too, and every rank is done with its cleanup (e.g. rank 0 removing a partial checkpoint);
+        then the reporting rank exits at once, mpirun names it and ends the others, still waiting. (Waiting
+        before finalizing held the reporting rank in its own finalize until the others' grace was over;
+        with an MPI whose finalize does not wait, this is that plain wait.) The reporting rank returns and
+        finalizes at exit; srun, which does not end the others when one fails, waits out their grace."""
         if reported or self.size == 1:
             return
         from mpi4py import MPI

@@ -87,7 +87,7 @@ def test_the_reporting_rank_leaves_first_once_the_others_cleaned_up():
 
     run = run_ranks(3, worker_argv("collectives", "leave", "1"), backend="mpi", timeout=3 * LEAVE_GRACE_SECONDS)
     ended = time.time()
-    _clean_up(r["pid"] for r in run.results.values())
+    gone = _all_gone(r["pid"] for r in run.results.values())
     output = run.stdout + run.stderr
     assert not run.timed_out and run.returncode == 3, output[-3000:]
     assert first_exit(output) == (1, 3), output[-3000:]
@@ -96,6 +96,7 @@ def test_the_reporting_rank_leaves_first_once_the_others_cleaned_up():
     assert cleaned_up == {"cleaned_up_0", "cleaned_up_2"}  # before rank 1 left (mpirun then ended them)
     erred = min(r["erred_at"] for r in run.results.values())
     assert ended - erred < LEAVE_GRACE_SECONDS, ended - erred  # the others' grace was cut short by mpirun
+    assert gone
 
 
 def _training_job(work: str, world: int, env: dict | None = None, checkpoint_every: int = 2):

@@ -171,7 +171,7 @@ def leave(group, reporting: int) -> None:
     else:
         time.sleep(CLEANUP_SECONDS)
         Path(os.environ[RESULT_DIR_ENV], f"cleaned_up_{group.rank}").touch()
-    group.leave_after_error(3, reported=group.rank == reporting, grace_seconds=LEAVE_GRACE_SECONDS)
+    group.leave_after_error(reported=group.rank == reporting, grace_seconds=LEAVE_GRACE_SECONDS)
     sys.exit(3)
 
 
