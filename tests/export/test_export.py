@@ -25,7 +25,7 @@ ONNX_TOLERANCE = 1e-5  # onnxruntime's own kernels round float32 sums in another
 
 def _train(name: str, flags: list, export_to: str | None = None, ranks: int = 1) -> None:
     command = ["main.py", *flags] + (["--saved_model_output_path", export_to] if export_to else [])
-    (run_ranks(ranks, command, timeout=300) if ranks > 1 else run_single(command, timeout=240)).check()
+    (run_ranks(ranks, command, timeout=600) if ranks > 1 else run_single(command, timeout=480)).check()
 
 
 def one_rank() -> tuple:

@@ -47,7 +47,7 @@ def train_flags(model: str, dataset: str, work: str) -> list:
 
 def launch(stack: tuple, argv: list) -> None:
     world, backend, python = stack
-    run_ranks(world, ["main.py", *argv, "--backend", backend], timeout=300, backend=backend, python=python).check()
+    run_ranks(world, ["main.py", *argv, "--backend", backend], timeout=600, backend=backend, python=python).check()
 
 
 @pytest.mark.multirank

@@ -36,7 +36,7 @@ def two_rank_restore(three_rank_checkpoint) -> str:
     base = scratch_dir("restored2_")
     out = os.path.join(base, "restored")
     flags = restore_flags(shared_dataset(), three_rank_checkpoint, out + "/run", out + "/ckpt")
-    run_ranks(2, ["main.py", *flags], timeout=300).check()
+    run_ranks(2, ["main.py", *flags], timeout=600).check()
     return base
 
 

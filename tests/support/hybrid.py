@@ -119,7 +119,7 @@ def launch(world: int, mpi: bool = False, restore_from: str | None = None, backe
         base = scratch_dir(f"hybrid_{'mpi4py' if backend == 'mpi' else 'mpi' if mpi else 'gloo'}{world}_")
         argv = worker_argv("hybrid_parallel", "ranks", base, shared_dataset(),
                            ",".join(launch_optimizers(mpi, backend, world)), *([restore_from] if restore_from else []))
-        return run_ranks(world, argv, mpi=mpi, timeout=300, backend=backend), base
+        return run_ranks(world, argv, mpi=mpi, timeout=600, backend=backend), base
     return memoised(("hybrid", world, mpi, restore_from, backend), go)
 
 
@@ -129,7 +129,7 @@ def reference(restore_from: str | None = None):
         base = scratch_dir("hybrid_ref_")
         argv = worker_argv("hybrid_parallel", "reference", base, shared_dataset(), ",".join(launch_optimizers(False)),
                            *([restore_from] if restore_from else []))
-        return run_single(argv, timeout=240), base
+        return run_single(argv, timeout=480), base
     return memoised(("hybrid_ref", restore_from), go)
 
 
@@ -174,9 +174,9 @@ def reshard_to_one_process(two_rank_checkpoint: str) -> tuple:
         steps = ["--max_steps", str(STEPS + 2)]
         flags = train_flags(shared_dataset(), "adagrad", resumed + "/run", resumed + "/ckpt")
         run_single(["main.py", *without_rank_memory(flags), *steps, "--restore_checkpoint_path",
-                    two_rank_checkpoint], timeout=180).check()
+                    two_rank_checkpoint], timeout=360).check()
         flags = train_flags(shared_dataset(), "adagrad", uninterrupted + "/run", uninterrupted + "/ckpt")
-        run_single(["main.py", *without_rank_memory(flags), *steps], timeout=180).check()
+        run_single(["main.py", *without_rank_memory(flags), *steps], timeout=360).check()
         return resumed, uninterrupted
     return memoised(("reshard", two_rank_checkpoint), go)
 
@@ -203,7 +203,7 @@ def repro_run(world: int, label: str, env: dict | None = None, backend: str | No
 
     def go():
         base = scratch_dir(f"repro{world}_{backend}_{label}_")
-        run_ranks(world, repro_command(base), env=env, timeout=180, backend=backend).check()
+        run_ranks(world, repro_command(base), env=env, timeout=360, backend=backend).check()
         return base
     return memoised(("repro", world, label, backend), go)
 
@@ -222,7 +222,7 @@ def repro_single() -> str:
     """The one-process run of `repro_command` (LocalEmbedding, no launcher)."""
     def go():
         base = scratch_dir("repro1_")
-        run_single(without_rank_memory(repro_command(base)), timeout=180).check()
+        run_single(without_rank_memory(repro_command(base)), timeout=360).check()
         return base
     return memoised(("repro", 1, "single"), go)
 
