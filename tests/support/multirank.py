@@ -5,7 +5,7 @@ Used by every multi-rank test: `run_ranks(2, worker_argv("some_worker", "--flag"
 group, with the stall detector tightened (a broken collective fails in seconds instead of hanging),
 one TensorFlow thread per rank (2 cores are shared), and `MULTIRANK_RESULT_DIR` pointing to a fresh
 directory. A worker calls `write_rank_result(rank, {...})` (JSON, no pickle) and the test reads the
-results back from `RankRun.results`. On timeout the whole process group is killed and the run is
+results back from `RankRun.results`. On timeout the launcher and every rank are killed and the run is
 reported with `timed_out=True`.
 
 `backend="mpi"` launches the same worker with plain `mpirun -np N --allow-run-as-root --oversubscribe
@@ -23,7 +23,6 @@ import atexit
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,7 @@ import pytest
 
 from dlrm.dist.launcher import installed
 from tests.support import ROOT
-from tests.support.processes import whole_tagged_lines
+from tests.support.processes import kill_tree, whole_tagged_lines
 
 HOROVODRUN = str(Path(sys.executable).parent / "horovodrun")
 MPIRUN = shutil.which("mpirun") or "mpirun"
@@ -137,7 +136,7 @@ def start_ranks(np: int, argv: Sequence[str], mpi: bool = False, env: Optional[D
 
 
 def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: str) -> RankRun:
-    """Wait for a launch started by `start_ranks`; kill its process group on timeout.
+    """Wait for a launch started by `start_ranks`; kill it, ranks included, on timeout.
 
     `timeout` is a hang guard, not a speed target: a launch that used more than half of it is reported as
     a warning (CI's summary lists them), so that a guard is raised before a loaded machine crosses it."""
@@ -146,7 +145,7 @@ def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: s
         stdout, stderr = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
     except subprocess.TimeoutExpired:
         timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)  # the launcher and every rank: mpirun puts each rank in a process group of its own
         stdout, stderr = proc.communicate()
     elapsed = time.monotonic() - started
     if not timed_out and elapsed > timeout / 2:
