@@ -9,7 +9,7 @@ depend on the stack (data, planner arithmetic, launch scripts, Spark) runs once,
 (markers `multirank`, `slurm`) form one group, run one at a time on one worker, because they use fixed
 ports or bound how fast a job ends; beside them the other worker runs the rest, a test module per unit, so
 that a module's fixtures (a Spark session) are built once. The groups are handed out longest first
-(`--no-loadscope-reorder` keeps this order): the one-at-a-time group, then the modules with `slow` tests,
+(`--no-loadscope-reorder` keeps this order): the one-at-a-time group, then the modules with `slow` tests outside it,
 then the rest, so that no long module is left for the end.
 """
 import pytest
@@ -36,9 +36,10 @@ def _module(item: pytest.Item) -> str:
 
 
 def longest_first(items: list) -> list:
-    """`items` with the one-at-a-time group first, then the modules that hold a `slow` test, then the rest,
+    """`items` with the one-at-a-time group first, then the modules that hold a `slow` test outside it, then the rest,
     each in collection order (pytest-xdist hands the groups out in the order their first test comes)."""
-    slow_modules = {_module(item) for item in items if item.get_closest_marker("slow")}
+    slow_modules = {_module(item) for item in items
+                    if item.get_closest_marker("slow") and xdist_group(item) != "one_at_a_time"}
     return sorted(items, key=lambda item: 0 if xdist_group(item) == "one_at_a_time" else
                   1 if _module(item) in slow_modules else 2)
 
