@@ -136,10 +136,7 @@ def start_ranks(np: int, argv: Sequence[str], mpi: bool = False, env: Optional[D
 
 
 def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: str) -> RankRun:
-    """Wait for a launch started by `start_ranks`; kill it, ranks included, on timeout.
-
-    `timeout` is a hang guard, not a speed target: a launch that used more than half of it is reported as
-    a warning (CI's summary lists them), so that a guard is raised before a loaded machine crosses it."""
+    """Wait for a launch started by `start_ranks`; kill it, ranks included, on timeout."""
     timed_out = False
     try:
         stdout, stderr = proc.communicate(timeout=max(1.0, timeout - (time.monotonic() - started)))
@@ -147,13 +144,18 @@ def finish(proc: subprocess.Popen, timeout: float, started: float, result_dir: s
         timed_out = True
         kill_tree(proc.pid)  # the launcher and every rank: mpirun puts each rank in a process group of its own
         stdout, stderr = proc.communicate()
-    elapsed = time.monotonic() - started
-    if not timed_out and elapsed > timeout / 2:
-        warnings.warn(f"a launch took {elapsed:.0f} s of its {timeout:.0f} s hang guard: {' '.join(proc.args)[-160:]}",
-                      stacklevel=2)
     return RankRun(returncode=proc.returncode, stdout=whole_tagged_lines(stdout),
-                   stderr=whole_tagged_lines(stderr), elapsed=elapsed, timed_out=timed_out,
+                   stderr=whole_tagged_lines(stderr), elapsed=time.monotonic() - started, timed_out=timed_out,
                    result_dir=result_dir, results=read_rank_results(result_dir))
+
+
+def _guarded(run: RankRun, timeout: float, command: Sequence[str]) -> RankRun:
+    """`run`, after a warning if it used more than half of its hang guard `timeout` (CI's summary lists them):
+    a guard is not a speed target, and is raised before a loaded machine crosses it."""
+    if not run.timed_out and run.elapsed > timeout / 2:
+        warnings.warn(f"a launch took {run.elapsed:.0f} s of its {timeout:.0f} s hang guard: "
+                      f"{' '.join(command)[-160:]}", stacklevel=3)
+    return run
 
 
 def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 240,
@@ -162,7 +164,8 @@ def run_ranks(np: int, argv: Sequence[str], mpi: bool = False, timeout: float = 
     """Run `python argv...` on `np` local ranks and return a `RankRun` (never hangs past `timeout`)."""
     result_dir = result_dir or scratch_dir("multirank_")
     started = time.monotonic()
-    return finish(start_ranks(np, argv, mpi, env, result_dir, backend, python), timeout, started, result_dir)
+    run = finish(start_ranks(np, argv, mpi, env, result_dir, backend, python), timeout, started, result_dir)
+    return _guarded(run, timeout, argv)
 
 
 def run_single(argv: Sequence[str], timeout: float = 240, env: Optional[Dict[str, str]] = None,
@@ -173,7 +176,7 @@ def run_single(argv: Sequence[str], timeout: float = 240, env: Optional[Dict[str
     proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=rank_env(env, result_dir),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    return finish(proc, timeout, started, result_dir)
+    return _guarded(finish(proc, timeout, started, result_dir), timeout, argv)
 
 
 _MEMO: Dict[object, object] = {}
