@@ -260,7 +260,7 @@ def test_data_error_with_two_ranks_is_printed_once(bad_id_dataset, tmp_path, fou
     same error and rank 0 prints it once; a bad row met in training (check skipped) is reported once by the
     rank that read it, naming itself; its peer adds at most one short line."""
     skip = ["--skip_data_validation"] if found_by == "training step" else []
-    run = run_ranks(2, tiny_run_flags(bad_id_dataset, tmp_path / "run") + skip, timeout=180)
+    run = run_ranks(2, tiny_run_flags(bad_id_dataset, tmp_path / "run") + skip, timeout=360)
     assert run.returncode != 0 and not run.timed_out
     lines = rank_lines(run.stdout + "\n" + run.stderr)
     assert not [text for _, text in lines if "Traceback" in text], run.stderr[-4000:]
