@@ -155,10 +155,10 @@ class MpiGroup(ProcessGroup):
         """A rank that reported nothing waits its grace after `MPI_Finalize`, not before. Open MPI's
         finalize waits for every rank, so it returns once the reporting rank has printed its error and is
         leaving too, and every rank is done with its cleanup (e.g. rank 0 removing a partial checkpoint);
-        then the reporting rank exits at once, mpirun names it and ends the others, still waiting. (Waiting
-        before finalizing held the reporting rank in its own finalize until the others' grace was over;
-        with an MPI whose finalize does not wait, this is that plain wait.) The reporting rank returns and
-        finalizes at exit; srun, which does not end the others when one fails, waits out their grace."""
+        then the reporting rank exits at once, mpirun names it and ends the others, still waiting. (With an
+        MPI whose finalize does not wait, this is the plain wait of `ProcessGroup`.) The reporting rank
+        returns and finalizes at exit; srun, which does not end the others when one fails, waits out their
+        grace."""
         if reported or self.size == 1:
             return
         from mpi4py import MPI
