@@ -1,8 +1,9 @@
 """The one interface between the model and its embedding tables.
 
-The model only ever calls `embeddings(ids)` with this rank's local rows of categorical ids
-[B_local, total_hotness] int32 (table t in its `id_columns(t)`, -1 padding after a bag's ids) and gets
-one pooled vector per (row, table) back, concatenated in table order: [B_local, total_dim] float32. A
+The model only ever calls `embeddings(ids)` (or `lookup_blocks(ids)`) with this rank's local rows of
+categorical ids [B_local, total_hotness] int32 (table t in its `id_columns(t)`, -1 padding after a bag's
+ids) and gets one pooled vector per (row, table) back, concatenated in table order: [B_local, total_dim]
+float32 (or as column blocks of whole tables, which concatenate to that). A
 single-process implementation (`local.LocalEmbedding`) and the hybrid-parallel twin
 (`distributed.DistributedEmbedding`) both implement it, so the model never changes.
 
@@ -65,6 +66,16 @@ class EmbeddingCollection(keras.layers.Layer):
             raise ValueError(f"{type(self).__name__} expects ids of shape [batch, {self.total_hotness}] "
                              f"(the tables' hotness {self.hotness}), got {ids.shape}")
         return tf.split(ids, self.hotness, axis=1)
+
+    def call(self, ids):
+        blocks = self.lookup_blocks(ids)
+        return blocks[0] if len(blocks) == 1 else tf.concat(blocks, axis=1)
+
+    def lookup_blocks(self, ids) -> List[tf.Tensor]:
+        """The pooled vectors as column blocks [B, width], each of whole tables, in table order: concatenated
+        along axis 1 they are `call`'s output. The model casts them and stacks them once for its interaction,
+        so a float32 concatenation of every table's vectors is never made (nor split again for the gradient)."""
+        raise NotImplementedError
 
     def full_piece(self, table: int) -> TablePiece:
         """The whole of table `table` as one piece."""

@@ -120,7 +120,7 @@ class DistributedEmbedding(EmbeddingCollection):
         return [(self.full_piece(t), variable) for t, variable in self.replicated_tables.items()]
 
     # -- forward ----------------------------------------------------------------------------------
-    def call(self, ids):
+    def lookup_blocks(self, ids) -> List[tf.Tensor]:
         ids = tf.convert_to_tensor(ids, dtype=tf.int32)
         bags = self.split_ids(ids)
         self._check_ids(ids)
@@ -133,8 +133,8 @@ class DistributedEmbedding(EmbeddingCollection):
                 table = self.tables[t]
                 replicated[t] = pool(variable, bags[t], table.combiner, table.multi_hot)
         if not self.exchange.returned_order:
-            return tf.concat([replicated[t] for t in range(len(self.tables))], axis=1)
-        return self._sharded_lookup(bags, replicated)
+            return [replicated[t] for t in range(len(self.tables))]
+        return [self._sharded_lookup(bags, replicated)]
 
     def _check_ids(self, ids) -> None:
         """Out-of-range ids would fail on the owner rank with a confusing error: stop them here."""

@@ -135,11 +135,10 @@ class LocalEmbedding(EmbeddingCollection):
             for t, table in enumerate(self.tables)
         ]
 
-    def call(self, ids):
+    def lookup_blocks(self, ids) -> List[tf.Tensor]:
         bags = self.split_ids(ids)
-        vectors = [pool(variable, bag, table.combiner, table.multi_hot)
-                   for variable, bag, table in zip(self.table_variables, bags, self.tables)]
-        return tf.concat(vectors, axis=1)
+        return [pool(variable, bag, table.combiner, table.multi_hot)
+                for variable, bag, table in zip(self.table_variables, bags, self.tables)]
 
     def stored_pieces(self) -> List[Tuple[TablePiece, tf.Variable]]:
         return [(self.full_piece(t), variable) for t, variable in enumerate(self.table_variables)]

@@ -1,6 +1,6 @@
 """The recommender model: embeddings + bottom MLP + interaction (dot or DCNv2 cross) + top MLP.
 
-The model sees its embeddings only through `EmbeddingCollection` (ids in, vectors out), so the
+The model sees its embeddings only through `EmbeddingCollection` (ids in, column blocks of vectors out), so the
 hybrid-parallel layer replaces the single-process one without any change here. Everything after the
 lookup ("the dense part") is data-parallel; with `xla=True` it alone is `jit_compile`d, which keeps
 the embedding gradients sparse (`tf.IndexedSlices` from the gathers outside XLA).
@@ -67,16 +67,17 @@ class RecommenderModel(EmbeddingModel):
             if self.xla else self.dense_forward
         )
 
-    def dense_forward(self, numerical, embedded):
-        """numerical [B, n], embedded [B, total_dim] float32 -> logits [B] float32 (the data-parallel part)."""
+    def dense_forward(self, numerical, blocks):
+        """numerical [B, n] float32 and the embeddings' column blocks (`lookup_blocks`) -> logits [B] float32:
+        the data-parallel part."""
         dtype = self.dense_dtype
         bottom = self.bottom_mlp(tf.cast(numerical, dtype)) if self.bottom_mlp is not None else None
-        embedded = tf.cast(embedded, dtype)
+        blocks = [tf.cast(block, dtype) for block in blocks]
         if self.cross is None:
-            vectors = tf.reshape(embedded, [-1, self.contract.num_tables, self.contract.tables[0].dim])
-            features = embedding_dot_interaction(vectors) if bottom is None else dot_interaction(bottom, vectors)
+            features = (embedding_dot_interaction(blocks, self.contract.tables[0].dim) if bottom is None
+                        else dot_interaction(bottom, blocks))
         else:
-            features = self.cross(embedded if bottom is None else tf.concat([bottom, embedded], axis=1))
+            features = self.cross(tf.concat(([] if bottom is None else [bottom]) + blocks, axis=1))
         logits = self.top_mlp(features)
         return tf.cast(tf.reshape(logits, [-1]), tf.float32)
 
@@ -88,6 +89,7 @@ class RecommenderModel(EmbeddingModel):
 
     def call(self, numerical, categorical, training=False, first_row=None, step=None):
         """`first_row` and `step` key Wide & Deep's dropout; this model has none and ignores them."""
-        embedded = self.embeddings(categorical)
-        return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded)
+        with tf.name_scope(self.embeddings.name):
+            blocks = self.embeddings.lookup_blocks(categorical)
+        return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), blocks)
 

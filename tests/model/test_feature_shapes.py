@@ -12,7 +12,7 @@ from dlrm.model.interaction import (
     reference_embedding_dot_interaction,
 )
 from dlrm.model.shape_rules import ModelShapeError, check_model_shape
-from tests.support.tiny_model import tiny_batch, tiny_model
+from tests.support.tiny_model import as_blocks, tiny_batch, tiny_model
 
 DIM = 4
 
@@ -27,17 +27,22 @@ def config(arch, seed=0):
 
 
 @pytest.mark.parametrize("batch", [0, 5])
-def test_embedding_dot_interaction_matches_numpy_and_its_autodiff(batch):
+@pytest.mark.parametrize("tables_per_block", [(4,), (1, 1, 1, 1), (2, 1, 1)])
+def test_embedding_dot_interaction_matches_numpy_and_its_autodiff(batch, tables_per_block):
     rng = np.random.default_rng(batch)
     embedded = tf.constant(rng.normal(size=(batch, 4, 3)), tf.float32)
-    out = embedding_dot_interaction(embedded)
+
+    def from_blocks(embedded):
+        return embedding_dot_interaction(as_blocks(embedded, tables_per_block), 3)
+
+    out = from_blocks(embedded)
     assert out.shape == (batch, dot_interaction_output_dim(4, 3, with_bottom=False)) == (batch, 6)
     vectors = embedded.numpy()
     pairs = [np.sum(vectors[:, i] * vectors[:, j], axis=1) for i in range(4) for j in range(i)]  # (1,0), (2,0), ...
     np.testing.assert_allclose(out.numpy(), np.stack(pairs, axis=1), rtol=1e-5, atol=1e-5)
     weights = tf.constant(rng.normal(size=(batch, 6)), tf.float32)
     grads = []
-    for interaction in (embedding_dot_interaction, reference_embedding_dot_interaction):
+    for interaction in (from_blocks, reference_embedding_dot_interaction):
         with tf.GradientTape() as tape:
             tape.watch(embedded)
             loss = tf.reduce_sum(interaction(embedded) * weights)

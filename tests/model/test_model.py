@@ -12,7 +12,7 @@ from dlrm.model.dcnv2 import LowRankCrossNetwork
 from dlrm.model.interaction import dot_interaction, dot_interaction_output_dim, reference_dot_interaction
 from dlrm.model.mlp import MLP
 from dlrm.model.shape_rules import ModelShapeError
-from tests.support.tiny_model import CONTRACT, DIM, SIZES, tiny_batch, tiny_config, tiny_model
+from tests.support.tiny_model import CONTRACT, DIM, SIZES, as_blocks, tiny_batch, tiny_config, tiny_model
 
 
 def numpy_dot_interaction(bottom, embedded):
@@ -29,14 +29,15 @@ def test_dot_interaction_matches_numpy_reference():
     rng = np.random.default_rng(1)
     bottom = rng.normal(size=(3, 5)).astype(np.float32)
     embedded = rng.normal(size=(3, 4, 5)).astype(np.float32)
-    out = dot_interaction(tf.constant(bottom), tf.constant(embedded)).numpy()
+    out = dot_interaction(tf.constant(bottom), [tf.constant(embedded.reshape(3, 20))]).numpy()
     assert out.shape == (3, dot_interaction_output_dim(4, 5)) == (3, 5 + 10)
     np.testing.assert_allclose(out, numpy_dot_interaction(bottom, embedded), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("batch", [0, 1, 6])
-def test_dot_interaction_gradient_matches_autodiff_of_the_plain_formulation(dtype, batch):
+@pytest.mark.parametrize("tables_per_block", [(4,), (1, 1, 1, 1), (1, 3)])
+def test_dot_interaction_gradient_matches_autodiff_of_the_plain_formulation(dtype, batch, tables_per_block):
     rng = np.random.default_rng(batch)
     bottom = tf.cast(rng.normal(size=(batch, 5)), dtype)
     embedded = tf.cast(rng.normal(size=(batch, 4, 5)), dtype)
@@ -46,11 +47,11 @@ def test_dot_interaction_gradient_matches_autodiff_of_the_plain_formulation(dtyp
     def value_and_gradients(interaction):
         with tf.GradientTape() as tape:
             tape.watch([bottom, embedded])
-            out = interaction(bottom, embedded)
+            out = interaction(bottom, embedded)  # the gradient reaches `embedded` through the blocks
             loss = tf.reduce_sum(tf.cast(out * weights, tf.float32))
         return [out, *tape.gradient(loss, [bottom, embedded])]
 
-    got = value_and_gradients(dot_interaction)
+    got = value_and_gradients(lambda bottom, embedded: dot_interaction(bottom, as_blocks(embedded, tables_per_block)))
     want = value_and_gradients(reference_dot_interaction)
     tolerance = 1e-5 if dtype == "float32" else 3e-2
     for g, w in zip(got, want):

@@ -12,6 +12,12 @@ DIM = 8
 CONTRACT = one_hot_contract(SIZES, DIM)
 
 
+def as_blocks(embedded, tables_per_block):
+    """embedded [B, T, D] as column blocks [B, k * D] of `tables_per_block` tables each (as `lookup_blocks`)."""
+    flat = tf.reshape(embedded, [-1, embedded.shape[1] * embedded.shape[2]])
+    return tf.split(flat, [k * embedded.shape[2] for k in tables_per_block], axis=1)
+
+
 def tiny_model(config, contract=CONTRACT, embedding_seed=None, **variants):
     """`build_model` with a LocalEmbedding of the contract's tables (seeded as the model unless told)."""
     seed = config.seed if embedding_seed is None else embedding_seed
