@@ -100,14 +100,11 @@ class PartWriter:
         yield pa.RecordBatch.from_pydict({"partition": [partition], "rows": [rows]})
 
     def _write_parquet(self, writer: Any, batch: Any, partition: int) -> Any:
-        """NVIDIA's columns: label int32, display_id and hashed ids int64, id lists, numericals float32."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        types = {LABEL: pa.int32(), **{name: pa.float32() for name in NUMERICAL}}
         table = pa.Table.from_batches([batch])
-        table = table.cast(pa.schema([pa.field(name, types.get(name, table.schema.field(name).type))
-                                      for name in table.column_names]))
+        table = table.cast(parquet_schema(table.schema))
         if writer is None:
             assert self.parquet_dir is not None
             os.makedirs(self.parquet_dir, exist_ok=True)
@@ -115,6 +112,25 @@ class PartWriter:
                                       compression="snappy")
         writer.write_table(table)
         return writer
+
+
+def parquet_schema(schema: Any) -> Any:
+    """NVIDIA's columns from the job's Arrow `schema`: label int32, display_id and hashed ids int64, id lists,
+    numericals float32."""
+    import pyarrow as pa
+
+    types = {LABEL: pa.int32(), **{name: pa.float32() for name in NUMERICAL}}
+    return pa.schema([pa.field(field.name, types.get(field.name, field.type)) for field in schema])
+
+
+def _write_empty_parquet(parquet_dir: str, columns: Any) -> None:
+    """A split without rows still gets its parquet directory: one part with no rows and the split's columns."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    os.makedirs(parquet_dir, exist_ok=True)
+    pq.write_table(parquet_schema(to_arrow_schema(columns)).empty_table(),
+                   os.path.join(parquet_dir, "part-00000.parquet"), compression="snappy")
 
 
 def write_split(ordered, out_dir: str, spec: FeatureSpec, mapping: str, parquet: bool, batch_rows: int) -> int:
@@ -127,7 +143,10 @@ def write_split(ordered, out_dir: str, spec: FeatureSpec, mapping: str, parquet:
     parquet_dir = os.path.join(out_dir, PARQUET_DIR, PARQUET_SPLITS[mapping]) if parquet else None
     ordered.sparkSession.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
     job = PartWriter(spec, mapping, work, parquet_dir)
-    written = dict(ordered.select(*OUTPUT_COLUMNS).mapInArrow(job.run, "partition long, rows long").collect())
+    columns = ordered.select(*OUTPUT_COLUMNS)
+    written = dict(columns.mapInArrow(job.run, "partition long, rows long").collect())
+    if parquet_dir is not None and not any(written.values()):
+        _write_empty_parquet(parquet_dir, columns.schema)
     partitions = sorted(p for p, rows in written.items() if rows)
     for binary in spec.binary_chunks(mapping):
         relative = os.path.relpath(binary.path, os.path.abspath(out_dir))

@@ -2,7 +2,8 @@
 (tests/support/outbrain_reference.py), value for value, on generated raw data; bad input; the CLI.
 
 Few job runs (each costs ~20-40 s of Spark stages on 2 cores, whatever the size): an in-process run on data
-with bad rows of every kind (seed 7, overridden CTR thresholds), a failing run (the malformed fraction), and
+with bad rows of every kind (seed 7, overridden CTR thresholds), a failing run (the malformed fraction), a run
+on one display (an empty test split), and
 `prepare_outbrain.sh` end to end on clean data (seed 0, default thresholds): its split-binary and parquet
 output equal the reference, and Wide & Deep trained on it nears the generator's Bayes-optimal MAP@12.
 """
@@ -195,6 +196,19 @@ def test_too_many_bad_rows_fail_and_leave_no_dataset(spark, bad_input, tmp_path)
     assert not out.exists()  # the target is untouched; the staging dir keeps only the diagnostics
     staging = Path(f"{out}.tmp-{os.getpid()}")
     assert sorted(os.listdir(staging)) == ["preprocess_report.json", "quarantine.jsonl"]
+
+
+def test_an_empty_split_still_gets_its_files_and_parquet_columns(spark, tmp_path):
+    raw, out = tmp_path / "raw", tmp_path / "dataset"
+    generate_outbrain_raw(str(raw), 2, seed=0)  # one display of two ads, on days 0-10: the split puts it in train
+    result = run(OutbrainConfig(str(raw), str(out), seed=0, write_parquet=True), spark)
+    assert result.rows == {"train": 2, "test": 0}
+    train = pq.read_table(os.path.join(out, "parquet", PARQUET_SPLITS["train"]))
+    test = pq.read_table(os.path.join(out, "parquet", PARQUET_SPLITS["test"]))
+    assert (train.num_rows, test.num_rows) == (2, 0)
+    assert [(f.name, f.type) for f in test.schema] == [(f.name, f.type) for f in train.schema]
+    for chunk in FeatureSpec.load(str(out)).binary_chunks("test"):
+        assert os.path.getsize(chunk.path) == 0, chunk.path
 
 
 def test_a_missing_input_file_is_named_before_any_work(tmp_path):
