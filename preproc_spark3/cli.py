@@ -113,8 +113,10 @@ def _spark_conf_pairs(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
 GPU_FLAGS = ("--rapids_jar", "--gpu_discovery_script", "--gpus_per_executor", "--concurrent_gpu_tasks")
 
 
-def spark_settings(parser: argparse.ArgumentParser, argv: Sequence[str], a: argparse.Namespace) -> SparkSettings:
-    """The parsed `add_spark_arguments` flags -> SparkSettings; a typed flag that would change nothing is refused."""
+def spark_settings(parser: argparse.ArgumentParser, argv: Sequence[str], a: argparse.Namespace,
+                   jvm_options: str = _SPARK_DEFAULTS.jvm_options) -> SparkSettings:
+    """The parsed `add_spark_arguments` flags -> SparkSettings (with the job's `jvm_options`); a typed flag that
+    would change nothing is refused."""
     argtypes.refuse_unless(parser, argv, a.gpu, GPU_FLAGS, "not used without --gpu")
     argtypes.refuse_unless(parser, argv, not re.fullmatch(r"local(\[.*\])?", a.master), ("--executor_memory",),
                            f"not used by --master {a.master} (in local mode the driver runs every task: "
@@ -123,7 +125,7 @@ def spark_settings(parser: argparse.ArgumentParser, argv: Sequence[str], a: argp
                          shuffle_partitions=a.shuffle_partitions, local_dir=a.local_dir,
                          max_partition_bytes=a.max_partition_bytes, gpu=a.gpu, rapids_jar=a.rapids_jar,
                          gpu_discovery_script=a.gpu_discovery_script, gpus_per_executor=a.gpus_per_executor,
-                         concurrent_gpu_tasks=a.concurrent_gpu_tasks,
+                         concurrent_gpu_tasks=a.concurrent_gpu_tasks, jvm_options=jvm_options,
                          extra_conf=_spark_conf_pairs(a.spark_conf))
 
 

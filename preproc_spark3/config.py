@@ -25,6 +25,13 @@ SPLITS = (TRAIN, TEST, VALIDATION)
 
 RAPIDS_JAR_ENV = "RAPIDS_PLUGIN_JAR"
 
+# The driver's and executors' JVM flags, per kind of job. Where the work runs in Python workers (the Criteo
+# job), the JVM only schedules and moves bytes: the C1 compiler alone costs less CPU than C2's compile threads
+# save. Where the work is the JVM's own generated code (the Outbrain job's joins and aggregates), C2 and the
+# throughput collector pay for themselves many times over (docs/preprocessing.md, "Spark settings").
+PYTHON_TASKS_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+JVM_TASKS_JVM_OPTIONS = "-XX:+UseParallelGC"
+
 
 class PreprocessError(RuntimeError):
     """Bad input or configuration; the message names the file / feature / line concerned."""
@@ -49,6 +56,7 @@ class SparkSettings:
     gpu_discovery_script: Optional[str] = None  # None -> preproc_spark3/get_gpus_resources.sh
     gpus_per_executor: int = 1
     concurrent_gpu_tasks: int = 2
+    jvm_options: str = PYTHON_TASKS_JVM_OPTIONS  # the driver's and executors' extraJavaOptions
     extra_conf: tuple[tuple[str, str], ...] = ()  # --spark_conf key=value, applied last
 
 

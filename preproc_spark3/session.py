@@ -27,11 +27,10 @@ def spark_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        # The shuffled blobs are hashes and floats (lz4 gains little) and the JVM only moves bytes: without
-        # shuffle compression and with the C1 compiler alone the job used ~25% less CPU (docs/benchmarks.md).
+        # The shuffled blobs are hashes and floats: lz4 gains little (docs/benchmarks.md).
         "spark.shuffle.compress": "false",
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
-        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+        "spark.driver.extraJavaOptions": settings.jvm_options,
+        "spark.executor.extraJavaOptions": settings.jvm_options,
     }
     if settings.local_dir:
         conf["spark.local.dir"] = settings.local_dir

@@ -44,7 +44,8 @@ def parse_config(argv: Optional[Sequence[str]] = None) -> OutbrainConfig:
     thresholds.update(parse_ctr_threshold(item) for item in a.ctr_threshold)
     config = OutbrainConfig(raw_dir=a.raw_dir, out_dir=a.out_dir, seed=a.seed, ctr_thresholds=thresholds,
                             max_malformed_fraction=a.max_malformed_fraction, write_parquet=a.parquet,
-                            overwrite=a.overwrite, batch_rows=a.batch_rows, spark=spark_settings(parser, argv, a))
+                            overwrite=a.overwrite, batch_rows=a.batch_rows,
+                            spark=spark_settings(parser, argv, a, _DEFAULTS.spark.jvm_options))
     config.validate()
     return config
 

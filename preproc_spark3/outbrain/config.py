@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlrm.data.outbrain import CTR_THRESHOLDS
-from preproc_spark3.config import PreprocessError, SparkSettings, check_spark_settings
+from preproc_spark3.config import JVM_TASKS_JVM_OPTIONS, PreprocessError, SparkSettings, check_spark_settings
 
 TRAIN, TEST = "train", "test"  # the dataset's mappings (main.py --arch widedeep trains on train, tests on test)
 PARQUET_SPLITS = {TRAIN: "train", TEST: "valid"}  # NVIDIA's parquet directory of each mapping
@@ -20,7 +20,8 @@ class OutbrainConfig:
     write_parquet: bool = False  # also NVIDIA's parquet layout under <out_dir>/parquet/{train,valid}
     overwrite: bool = False
     batch_rows: int = 65_536  # rows the driver converts and writes at a time
-    spark: SparkSettings = field(default_factory=SparkSettings)
+    # The work is Spark SQL's generated code in the JVM: the C2 compiler and the throughput collector.
+    spark: SparkSettings = field(default_factory=lambda: SparkSettings(jvm_options=JVM_TASKS_JVM_OPTIONS))
 
     def validate(self) -> None:
         if set(self.ctr_thresholds) != set(CTR_THRESHOLDS) or any(t < 0 for t in self.ctr_thresholds.values()):

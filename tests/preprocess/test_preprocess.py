@@ -330,6 +330,21 @@ def test_gpu_settings_need_the_rapids_jar(tmp_path):
     assert "spark.plugins" not in spark_conf(SparkSettings())
 
 
+def test_each_job_gets_its_jvm_flags_and_spark_conf_overrides_them():
+    """Criteo's work runs in Python workers (C1 JIT alone), Outbrain's in the JVM (C2, throughput collector)."""
+    from preproc_spark3.cli import parse_config as criteo_config
+    from preproc_spark3.outbrain.cli import parse_config as outbrain_config
+
+    def jvm(config) -> tuple:
+        conf = spark_conf(config.spark)
+        return conf["spark.driver.extraJavaOptions"], conf["spark.executor.extraJavaOptions"]
+
+    assert jvm(criteo_config(["raw", "out"])) == ("-XX:TieredStopAtLevel=1",) * 2
+    assert jvm(outbrain_config(["raw", "out"])) == ("-XX:+UseParallelGC",) * 2
+    overridden = outbrain_config(["raw", "out", "--spark_conf", "=".join(QUICK_JVM)])
+    assert jvm(overridden)[0] == "-XX:TieredStopAtLevel=1"
+
+
 def _script_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "RAPIDS_PLUGIN_JAR"}
     env["PYTHON"] = sys.executable
