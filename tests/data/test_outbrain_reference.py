@@ -193,7 +193,7 @@ def test_split_by_day_and_draw_and_both_orders(tmp_path):
     all_ads = [c[1] for c in tables["clicks_train"]]
     train_pairs = [(display, ad) for display, ad, _ in tables["clicks_train"] if display in train_days]
     expected_train = sorted(train_pairs, key=lambda pair: (chained(0, *pair), pair))
-    assert ad_ids(out.train, all_ads) == [ad for _, ad in expected_train]
+    assert list(zip(out.train[DISPLAY], ad_ids(out.train, all_ads))) == expected_train
     test_pairs = sorted((display, ad) for display, ad, _ in tables["clicks_train"] if display not in train_days)
     assert list(zip(out.test[DISPLAY], ad_ids(out.test, all_ads))) == test_pairs
     assert out.bad_rows == {"duplicate_key": 0, "dangling_display": 0, "dangling_ad": 0, "impossible_timestamp": 0}
@@ -215,7 +215,7 @@ def test_output_columns_and_types(tmp_path):
     tables, _, _ = split_tables()
     out = run(tmp_path, tables)
     names = [LABEL] + [f.name for f in ONE_HOT] + [f.name for f in MULTI_HOT] + list(NUMERICAL)
-    assert list(out.train.columns) == names and list(out.test.columns) == names + [DISPLAY]
+    assert list(out.train.columns) == list(out.test.columns) == names + [DISPLAY]
     for frame in (out.train, out.test):
         assert all(frame[f.name].dtype == np.int64 for f in ONE_HOT) and frame[LABEL].dtype == np.int64
         assert all(frame[name].dtype == np.float32 for name in NUMERICAL)

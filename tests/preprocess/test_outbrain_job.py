@@ -156,8 +156,7 @@ def _assert_binary_files(out_dir: str, split: str, want: pd.DataFrame) -> None:
         padded = [tuple(row) + (-1,) * (listed.max_ids - len(row)) for row in want[listed.name]]
         np.testing.assert_array_equal(read(listed.name).reshape(-1, listed.max_ids),
                                       np.array(padded, dtype=np.int64).reshape(-1, listed.max_ids))
-    if DISPLAY in want.columns:
-        np.testing.assert_array_equal(read(DISPLAY), want[DISPLAY].to_numpy())
+    np.testing.assert_array_equal(read(DISPLAY), want[DISPLAY].to_numpy())
 
 
 @pytest.fixture(scope="module")

@@ -65,8 +65,9 @@ _SPARK_SEED_ARRAY = np.full(1, SPARK_SEED, dtype=np.uint64)  # broadcasts as eve
 class OutbrainFeatures:
     """The two splits in output order and the number of bad rows per reason (every reason present)."""
 
-    train: pd.DataFrame  # clicked, ONE_HOT names (int64), MULTI_HOT names (tuples of int64), NUMERICAL (float32)
-    test: pd.DataFrame  # the same columns, then display_id (int64)
+    # clicked, ONE_HOT names (int64), MULTI_HOT names (tuples of int64), NUMERICAL (float32), display_id (int64)
+    train: pd.DataFrame
+    test: pd.DataFrame  # the same columns
     bad_rows: dict[str, int]
 
 
@@ -93,11 +94,13 @@ def reference_outbrain(raw_dir: str, seed: int = 0,
     aspects = {aspect: _aspect_rows(raw[f"documents_{aspect}"], ASPECT_ID[aspect]) for aspect in ASPECTS}
     features = _features(rows, is_train, aspects, thresholds)
 
-    train = features.take(_train_positions(rows, is_train, seed)).reset_index(drop=True)
-    test_positions = _test_positions(rows, is_train)
-    test = features.take(test_positions).reset_index(drop=True)
-    test[DISPLAY] = rows[DISPLAY].to_numpy(dtype=np.int64)[test_positions]
-    return OutbrainFeatures(train=train, test=test, bad_rows=bad_rows)
+    displays = rows[DISPLAY].to_numpy(dtype=np.int64)
+    splits = []
+    for positions in (_train_positions(rows, is_train, seed), _test_positions(rows, is_train)):
+        split = features.take(positions).reset_index(drop=True)
+        split[DISPLAY] = displays[positions]
+        splits.append(split)
+    return OutbrainFeatures(train=splits[0], test=splits[1], bad_rows=bad_rows)
 
 
 # --- Spark's xxhash64 --------------------------------------------------------------------------------------
