@@ -27,8 +27,8 @@ RAPIDS_JAR_ENV = "RAPIDS_PLUGIN_JAR"
 
 # The driver's and executors' JVM flags, per kind of job. Where the work runs in Python workers (the Criteo
 # job), the JVM only schedules and moves bytes: the C1 compiler alone costs less CPU than C2's compile threads
-# save. Where the work is the JVM's own generated code (the Outbrain job's joins and aggregates), C2 and the
-# throughput collector pay for themselves many times over (docs/preprocessing.md, "Spark settings").
+# save. Where the work is the JVM's own generated code (the Outbrain job's joins and aggregates), C2's
+# optimised code and the throughput collector win (docs/preprocessing.md, "Spark settings").
 PYTHON_TASKS_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 JVM_TASKS_JVM_OPTIONS = "-XX:+UseParallelGC"
 
