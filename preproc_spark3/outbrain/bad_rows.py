@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlrm.data.outbrain import DAYS_OBSERVED, MS_PER_DAY
-from preproc_spark3.outbrain.raw import KIND, LINE, REASON, TEXT, RawFile
+from preproc_spark3.outbrain.raw import KIND, LINE, REASON, TEXT, RawFile, offsets_in_order
 
 # The quarantine's columns: the file's RAW_FILES position and name, the line, why, the line as read.
 QUARANTINE_COLUMNS = ("file_order", "file", LINE, KIND, REASON, TEXT)
 KEYS = {"events": "display_id", "promoted_content": "ad_id", "documents_meta": "document_id"}
+NUMBERING_BLOCK_LINES = 1 << 16  # the most rows one step of the null publishers' numbering holds
 
 
 @dataclass
@@ -64,7 +65,7 @@ def keep_rows(tables: dict[str, Any], files: dict[str, RawFile]) -> KeptRows:
     bad("clicks_train", clicks.where(F.col("_status").isNotNull()), F.col("_status"), F.col("_why"))
     return KeptRows(clicks=clicks.where(F.col("_status").isNull()).select("display_id", "ad_id", "clicked", LINE),
                     events=events.where(~impossible), promoted=first["promoted_content"],
-                    meta=_fill_null_publishers(first["documents_meta"]),
+                    meta=fill_null_publishers(first["documents_meta"]),
                     aspects={stem: readable[stem] for stem in readable if stem.startswith("documents_")
                              and stem != "documents_meta"},
                     quarantine=_union(quarantined))
@@ -99,17 +100,22 @@ def _click_status(clicks, events, promoted):
     return joined.withColumn("_status", status).withColumn("_why", why)
 
 
-def _fill_null_publishers(meta):
-    """The k-th null publisher_id (file order, from 1) becomes max(publisher_id) + k (max 0 if all are null)."""
+def fill_null_publishers(meta, block_lines: int = NUMBERING_BLOCK_LINES):
+    """The k-th null publisher_id (file order, from 1) becomes max(publisher_id) + k (max 0 if all are null).
+
+    k is counted per block of `block_lines` lines (the nulls of earlier blocks, then the row's rank within its
+    own block), so no step holds more than a block's rows, whatever the file's size."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     highest = meta.agg(F.coalesce(F.max("publisher_id"), F.lit(0)).alias("_highest"))
-    nulls = meta.where(F.col("publisher_id").isNull())
-    numbered = nulls.withColumn("publisher_id", F.row_number().over(Window.orderBy(LINE)).cast("long"))
-    filled = (numbered.crossJoin(F.broadcast(highest))
-              .withColumn("publisher_id", F.col("_highest") + F.col("publisher_id")))
-    return meta.where(F.col("publisher_id").isNotNull()).unionByName(filled.drop("_highest"))
+    nulls = meta.where(F.col("publisher_id").isNull()).withColumn("_block", F.floor(F.col(LINE) / block_lines))
+    counts = nulls.groupBy("_block").agg(F.count(F.lit(1)).alias("_nulls"))
+    before = offsets_in_order(counts, "_block", "_block", "_nulls", "_before")
+    rank = F.row_number().over(Window.partitionBy("_block").orderBy(LINE))
+    filled = (nulls.join(F.broadcast(before), "_block").crossJoin(F.broadcast(highest))
+              .withColumn("publisher_id", (F.col("_highest") + F.col("_before") + rank).cast("long")))
+    return meta.where(F.col("publisher_id").isNotNull()).unionByName(filled.drop("_block", "_before", "_highest"))
 
 
 def _union(frames: list):

@@ -3,11 +3,16 @@
 `feature_rows` joins each click to its event, ad and documents, splits and orders by the seed, and adds
 the 13 hashed ids, the 3 id lists and the 13 numericals (float64). Every statistic comes from the train rows
 and stays a Spark join (per-value tables); only one row of scalars (means, standard deviations, medians)
-comes to the driver. Local checkpoints cut the plan where many statistics read the same rows.
+comes to the driver.
+
+The joined rows are read three times: for the per-value counts, for their distinct document pairs, and to
+join the results. Everything per document (id lists, TF-IDF similarities) is computed over the pairs, fewer
+than the rows, and reaches the rows in one join. Local checkpoints cut the plan at each table that several
+later steps read, so none is computed twice.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from dlrm.data.outbrain import (
     ASPECT_ID,
@@ -34,6 +39,7 @@ ASPECT = "aspect"  # which documents_<aspect> table a term comes from
 RAW_AD = "raw_ad_id"  # the ad's id itself (the column ad_id is its bucket)
 TRAIN_ORDER = (TRAIN_KEY, DISPLAY, RAW_AD, LINE)  # xxhash64(seed, display_id, ad_id), ties in file order
 TEST_ORDER = (DISPLAY, RAW_AD, LINE)
+PAGE, AD = "document_id", "document_id_promo"  # the page's document and the ad's
 OUTPUT_COLUMNS = (LABEL, DISPLAY, *(f.name for f in ONE_HOT), *(f.name for f in MULTI_HOT), *NUMERICAL)
 
 
@@ -136,20 +142,28 @@ def _per_value(statistics, column: str, threshold: Optional[int]):
     return statistics.where(F.col("column") == column).select(F.col("value").alias(column), value)
 
 
-def tfidf_similarities(rows, terms):
-    """(document_id, document_id_promo) -> `sim_<aspect>`: the cosine of the two documents' TF-IDF vectors
-    over each aspect, a dot product of two per-document maps (term -> unit weight); no row when either
-    document has no aspect rows."""
+def document_pairs(rows):
+    """The distinct (document_id, document_id_promo, is_train) of `rows`, nulls included: every per-document
+    statistic needs only these."""
+    return rows.select(PAGE, AD, IS_TRAIN).distinct()
+
+
+def documents(pairs):
+    """The distinct non-null documents on either side of `pairs`."""
     from pyspark.sql import functions as F
 
-    page, ad = "document_id", "document_id_promo"
+    return (pairs.select(F.col(PAGE).alias("document_id")).union(pairs.select(F.col(AD).alias("document_id")))
+            .where(F.col("document_id").isNotNull()).distinct())
 
-    def documents(frame):
-        return (frame.select(F.col(page).alias("document_id")).union(frame.select(F.col(ad).alias("document_id")))
-                .where(F.col("document_id").isNotNull()).distinct())
 
-    terms = terms.join(documents(rows), "document_id", "left_semi")
-    collection = terms.join(documents(rows.where(F.col(IS_TRAIN))), "document_id", "left_semi")
+def tfidf_similarities(pairs, terms):
+    """(document_id, document_id_promo) -> `sim_<aspect>`: the cosine of the two documents' TF-IDF vectors
+    over each aspect, a dot product of two per-document maps (term -> unit weight); no row when either
+    document has no aspect rows. `pairs`: document_pairs of the rows; IDF counts the train rows' documents."""
+    from pyspark.sql import functions as F
+
+    page, ad = PAGE, AD
+    collection = terms.join(documents(pairs.where(F.col(IS_TRAIN))), "document_id", "left_semi")
     sizes = collection.groupBy(ASPECT).agg(F.countDistinct("document_id").alias("n"))
     idf = (collection.select(ASPECT, "document_id", "term").distinct().groupBy(ASPECT, "term").count()
            .join(sizes, ASPECT).select(ASPECT, "term", F.log(F.col("n") / F.col("count")).alias("idf")))
@@ -163,11 +177,11 @@ def tfidf_similarities(rows, terms):
     vectors = unit.groupBy("document_id").agg(*(  # per document and aspect: term -> unit weight
         F.map_from_entries(F.collect_list(F.when(F.col(ASPECT) == listed.aspect, F.struct("term", "w"))))
         .alias(listed.aspect) for listed in MULTI_HOT))
-    pairs = rows.select(page, ad).where(F.col(page).isNotNull() & F.col(ad).isNotNull()).distinct()
+    both_known = pairs.select(page, ad).where(F.col(page).isNotNull() & F.col(ad).isNotNull()).distinct()
     sides = {side: vectors.select(F.col("document_id").alias(side),
                                   *(F.col(listed.aspect).alias(f"{side}_{listed.aspect}") for listed in MULTI_HOT))
              for side in (page, ad)}
-    products = pairs.join(sides[page], page).join(sides[ad], ad)
+    products = both_known.join(sides[page], page).join(sides[ad], ad)
 
     def cosine(aspect: str):
         ad_vector = F.col(f"{ad}_{aspect}")
@@ -186,19 +200,25 @@ def _days_since_published(column: str):
     return F.when(F.col(column).isNull(), None).when(inside, days.cast("double")).otherwise(F.lit(0.0))
 
 
-def feature_rows(kept: KeptRows, seed: int, thresholds: Mapping[str, int]) -> Any:
-    """Every kept click's output columns (OUTPUT_COLUMNS; numericals float64) with IS_TRAIN and the order columns."""
+def feature_rows(kept: KeptRows, seed: int, thresholds: Mapping[str, int],
+                 inputs_read: Callable[[], None] = lambda: None) -> Any:
+    """Every kept click's output columns (OUTPUT_COLUMNS; numericals float64) with IS_TRAIN and the order columns.
+    `inputs_read` is called once nothing reads `kept` any more, so the caller can free what it cached."""
     from pyspark.sql import functions as F
 
-    rows = joined_rows(kept, seed).localCheckpoint()  # cuts the plan: each statistic below reads it
-    terms = aspect_terms(kept.aspects)
-    statistics = value_statistics(rows, tuple(dict.fromkeys([*thresholds, *COUNTED])))
-    with_stats = rows.join(id_lists(terms), "document_id", "left")
+    rows = joined_rows(kept, seed).localCheckpoint()
+    statistics = value_statistics(rows, tuple(dict.fromkeys([*thresholds, *COUNTED]))).localCheckpoint()
+    pairs = document_pairs(rows).localCheckpoint()
+    terms = aspect_terms(kept.aspects).join(documents(pairs), "document_id", "left_semi").localCheckpoint()
+    inputs_read()
+    per_pair = (pairs.select(PAGE, AD).distinct().join(id_lists(terms), PAGE, "left")
+                .join(tfidf_similarities(pairs, terms), [PAGE, AD], "left")).localCheckpoint()
+    same_pair = rows[PAGE].eqNullSafe(per_pair[PAGE]) & rows[AD].eqNullSafe(per_pair[AD])
+    with_stats = rows.join(per_pair, same_pair, "left").drop(per_pair[PAGE]).drop(per_pair[AD])
     for column, threshold in thresholds.items():
         with_stats = with_stats.join(F.broadcast(_per_value(statistics, column, threshold)), column, "left")
     for column in COUNTED:
         with_stats = with_stats.join(F.broadcast(_per_value(statistics, column, None)), column, "left")
-    with_stats = with_stats.join(tfidf_similarities(rows, terms), ["document_id", "document_id_promo"], "left")
     for column in COUNTED:
         with_stats = with_stats.withColumn(f"{column}_log_count", F.coalesce(f"{column}_log_count", F.lit(0.0)))
     for column in PUBLISHED:

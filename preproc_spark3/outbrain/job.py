@@ -87,12 +87,12 @@ def _run_stages(spark, config: OutbrainConfig, files, out: str) -> OutbrainResul
             lines = {stem: int(count) for stem, count in counted.collect()}
         result = OutbrainResult(out, lines, stage_seconds=seconds)
         try:
-            kept = keep_rows(tables, files)
             with timed_stage("quarantine", seconds):
+                kept = keep_rows(tables, files)
                 result.quarantined = write_quarantine(kept.quarantine, config.raw_dir, out, sum(lines.values()))
             check_malformed_fraction(result.quarantined, config.max_malformed_fraction)
             with timed_stage("features", seconds):
-                rows = feature_rows(kept, config.seed, config.ctr_thresholds)
+                rows = feature_rows(kept, config.seed, config.ctr_thresholds, inputs_read=lambda: _unpersist(tables))
             spec = dataset_spec(out)
             with timed_stage("write", seconds):
                 for mapping, condition, order in ((TRAIN, F.col(IS_TRAIN), TRAIN_ORDER),
@@ -105,9 +105,13 @@ def _run_stages(spark, config: OutbrainConfig, files, out: str) -> OutbrainResul
         finally:
             _write_report(out, config, result)
     finally:
-        for table in tables.values():
-            table.unpersist()
+        _unpersist(tables)
     return result
+
+
+def _unpersist(tables: dict[str, Any]) -> None:
+    for table in tables.values():
+        table.unpersist()
 
 
 def _spec_metadata(config: OutbrainConfig, result: OutbrainResult) -> dict:

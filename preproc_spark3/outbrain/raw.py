@@ -75,10 +75,16 @@ def read_table(spark, raw: RawFile, max_partition_bytes: int):
     columns = RAW_FILES[raw.stem]
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(max_partition_bytes))  # the read splits' size
     lines = numbered_lines(spark, raw.path).where(F.col(LINE) > 1)
+    # Each line is split once and each field's text made once: the checks and the types below read the
+    # columns (Spark keeps a projection apart when inlining it would repeat its work).
     fields = F.split(F.col(TEXT), ",", -1)
-    text = {name: F.when(fields[i].isin(NULL, ""), None).otherwise(fields[i]) for i, name in enumerate(columns)}
-    problems = [(F.size(fields) != len(columns), "field_count",
-                 F.concat(F.size(fields).cast("string"), F.lit(f" fields, expected {len(columns)}")))]
+    split = lines.select(LINE, TEXT, F.size(fields).alias("_fields"), *(
+        F.when(fields[i].isin(NULL, ""), None).otherwise(fields[i]).alias(f"_text_{name}")
+        for i, name in enumerate(columns)))
+    text = {name: F.col(f"_text_{name}") for name in columns}
+    count = F.col("_fields")
+    problems = [(count != len(columns), "field_count",
+                 F.concat(count.cast("string"), F.lit(f" fields, expected {len(columns)}")))]
     for name in columns:
         value = text[name]
         if name == LABEL:
@@ -97,7 +103,7 @@ def read_table(spark, raw: RawFile, max_partition_bytes: int):
     for condition, problem, why in reversed(problems):  # the first problem of a line names it
         kind = F.when(condition, F.lit(problem)).otherwise(kind)
         reason = F.when(condition, why).otherwise(reason)
-    return lines.select(F.col(LINE), F.col(TEXT), kind.alias(KIND), reason.alias(REASON),
+    return split.select(F.col(LINE), F.col(TEXT), kind.alias(KIND), reason.alias(REASON),
                         *(_typed(name, text[name]).alias(name) for name in columns))
 
 
@@ -115,16 +121,20 @@ def numbered_lines(spark, path: str):
         F.col("value").alias(TEXT), F.spark_partition_id().alias("partition"),
         F.input_file_block_start().alias("start"), F.monotonically_increasing_id().alias("row_id"))
     counts = scanned.groupBy("partition").agg(F.min("start").alias("start"), F.count(F.lit(1)).alias("lines"))
-    before, seen = [], 0
-    for partition, _, lines in sorted(counts.collect(), key=lambda row: row["start"]):
-        before.append((partition, seen))
-        seen += lines
-    if not before:
-        return scanned.select(F.col(TEXT), F.lit(0).cast("long").alias(LINE))
-    offsets = spark.createDataFrame(before, "partition int, lines_before long")
+    offsets = offsets_in_order(counts, "partition", "start", "lines", "lines_before")
     index = F.col("row_id") - F.shiftleft(F.col("partition").cast("long"), 33)
     return scanned.join(F.broadcast(offsets), "partition").select(
         F.col(TEXT), (F.col("lines_before") + index + 1).alias(LINE))
+
+
+def offsets_in_order(counts, key: str, order: str, rows: str, name: str):
+    """key -> `name`, the sum of `rows` over the `counts` rows before its own in `order`: where a group's
+    consecutive numbers start. `counts` has one row per group and is collected, so keep the groups few."""
+    before, seen = [], 0
+    for row in sorted(counts.collect(), key=lambda row: row[order]):
+        before.append((row[key], seen))
+        seen += row[rows]
+    return counts.sparkSession.createDataFrame(before, f"{key} {dict(counts.dtypes)[key]}, {name} long")
 
 
 def _not(name: str, value, expected: str):

@@ -2,8 +2,8 @@
 (tests/support/outbrain_reference.py), value for value, on generated raw data; bad input; the CLI.
 
 Few job runs (each costs ~20-40 s of Spark stages on 2 cores, whatever the size): an in-process run on data
-with bad rows of every kind (seed 7, overridden CTR thresholds), a failing run (the malformed fraction), a run
-on one display (an empty test split), and
+with bad rows of every kind and repeated clicks (seed 7, overridden CTR thresholds), a failing run (the
+malformed fraction), a run on one display (an empty test split), and
 `prepare_outbrain.sh` end to end on clean data (seed 0, default thresholds): its split-binary and parquet
 output equal the reference, and Wide & Deep trained on it nears the generator's Bayes-optimal MAP@12.
 """
@@ -34,6 +34,7 @@ from dlrm.data.outbrain import (
 )
 from dlrm.data.synthetic.outbrain_raw import generate_outbrain_raw
 from preproc_spark3.config import RAPIDS_JAR_ENV, MalformedInputError, PreprocessError, SparkSettings
+from preproc_spark3.outbrain.bad_rows import NUMBERING_BLOCK_LINES, fill_null_publishers
 from preproc_spark3.outbrain.config import PARQUET_SPLITS, OutbrainConfig
 from preproc_spark3.outbrain.job import run
 from preproc_spark3.outbrain.raw import find_raw_files
@@ -106,6 +107,9 @@ def bad_input(tmp_path_factory):
     add("clicks_train", [f"{click[0]},99999999,0"], "dangling_ad")
     add("events", [f"88888888,u9,{event[2]},{15 * MS_PER_DAY},1,US>CA>807"], "impossible_timestamp")
     add("clicks_train", [f"88888888,{click[1]},1"], "impossible_timestamp")
+    # Kept rows that tie in the split's order: a display and ad again with the other label, later in the file.
+    again = _csv(ref_dir, "clicks_train").read_text().splitlines()[1:CLICKS:150]
+    _append(ref_dir, "clicks_train", [f"{d},{a},{1 - int(c)}" for d, a, c in (line.split(",") for line in again)])
     job_dir = base / "job"
     shutil.copytree(ref_dir, job_dir)
     for stem, line, kind in (("events", "77777777,u1,5,1000,1", "field_count"),
@@ -181,6 +185,8 @@ def test_bad_rows_are_quarantined_and_the_rest_equals_the_reference(bad_input, b
     assert all(os.path.dirname(r["source_file"]) == os.path.abspath(job_dir) and r["reason"] and r["raw_line"]
                for r in records)
     assert result.rows == {"train": len(reference.train), "test": len(reference.test)}
+    for split in (reference.train, reference.test):
+        assert split.duplicated([DISPLAY, "ad_id"]).any()  # ties, broken by file order
     _assert_matches_reference(out, reference)
     report = json.load(open(os.path.join(out, "preprocess_report.json")))
     assert report["rows"] == result.rows and report["quarantined"]["malformed_lines"] == len(expected)
@@ -208,6 +214,21 @@ def test_an_empty_split_still_gets_its_files_and_parquet_columns(spark, tmp_path
     assert [(f.name, f.type) for f in test.schema] == [(f.name, f.type) for f in train.schema]
     for chunk in FeatureSpec.load(str(out)).binary_chunks("test"):
         assert os.path.getsize(chunk.path) == 0, chunk.path
+
+
+@pytest.mark.parametrize("publishers", [(None, 7, None, None, 3, None, 9, None), (None,) * 5],
+                         ids=["some-null", "all-null"])
+@pytest.mark.parametrize("block_lines", [2, 3, NUMBERING_BLOCK_LINES])
+def test_null_publishers_are_numbered_in_file_order_across_blocks(spark, publishers, block_lines):
+    """The k-th null publisher_id in file order becomes max + k, however the lines fall into numbering
+    blocks and partitions."""
+    lines = range(2, 2 + len(publishers))
+    meta = spark.createDataFrame([(line, 100 + line, publisher) for line, publisher in zip(lines, publishers)],
+                                 "line long, document_id long, publisher_id long").repartition(3)
+    got = {row["line"]: row["publisher_id"] for row in fill_null_publishers(meta, block_lines).collect()}
+    highest = max((p for p in publishers if p is not None), default=0)
+    nulls = iter(range(highest + 1, highest + 1 + len(publishers)))
+    assert got == {line: next(nulls) if publisher is None else publisher for line, publisher in zip(lines, publishers)}
 
 
 def test_a_missing_input_file_is_named_before_any_work(tmp_path):
