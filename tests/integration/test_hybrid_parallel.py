@@ -103,11 +103,11 @@ def assert_plan_has_every_kind(base: str, world: int) -> None:
 # One horovodrun launch per (world size, controller), shared by both tests below; the 2-rank Gloo
 # launch also restores the 3-rank checkpoint (world-size change).
 # The MPI backend (mpi4py under plain mpirun) at 2 and 3 ranks beside Horovod's launches.
-# The Gloo launches also run in CI's Horovod lane (both_stacks; tests/conftest.py).
+# The Horovod launches also run in CI's Horovod lane (both_stacks; tests/conftest.py).
 EVERY_LAUNCH = pytest.mark.parametrize("world,mpi,backend", [
     pytest.param(3, False, "horovod", marks=pytest.mark.both_stacks, id="gloo-3"),
     pytest.param(2, False, "horovod", marks=pytest.mark.both_stacks, id="gloo-2"),
-    pytest.param(2, True, "horovod", id="mpi-2"),
+    pytest.param(2, True, "horovod", marks=pytest.mark.both_stacks, id="mpi-2"),
     pytest.param(3, False, "mpi", id="mpi4py-3"),
     pytest.param(2, False, "mpi", id="mpi4py-2")])
 
@@ -141,6 +141,7 @@ def test_embedding_layer_matches_local_embedding_in_the_same_launch(world, mpi, 
 
 @pytest.mark.multirank
 @pytest.mark.slow
+@pytest.mark.both_stacks
 def test_progress_lines_reach_the_output_under_mpi():
     """mpirun hands each rank a pseudo-terminal and forwards it into a pipe: a redrawn bar never shows
     up as lines there, so rank 0 must print plain progress lines (one per step with --log_every 1)."""
