@@ -55,12 +55,13 @@ fi
 # socket, free ports and a temporary directory, so daemons the packages may have started do not
 # collide with it (and killing daemons by name could hit a real cluster's or another test run's).
 
-# --- Python environment. TensorFlow 2.21 has wheels for Python 3.10-3.13, TensorFlow 2.15 (and Horovod
-# 0.28.1's build) for 3.10-3.11 only.
+# --- Python environment. The current stack's pins have wheels for Python 3.11-3.13 (numpy 2.4, pyarrow 26,
+# matplotlib 3.11 and onnxruntime 1.32 dropped 3.10, which reached its end of life in October 2026);
+# TensorFlow 2.15 (and Horovod 0.28.1's build) for 3.10-3.11 only.
 version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 case "$stack:$version" in
-  current:3.1[0-3] | horovod:3.1[01]) ;;
-  current:*) log "the current stack needs Python 3.10-3.13, $python is $version (set PYTHON=...)"; exit 1 ;;
+  current:3.1[1-3] | horovod:3.1[01]) ;;
+  current:*) log "the current stack needs Python 3.11-3.13, $python is $version (set PYTHON=...)"; exit 1 ;;
   horovod:*) log "the Horovod stack needs Python 3.10 or 3.11, $python is $version (set PYTHON=...)"; exit 1 ;;
 esac
 if [ ! -x "$venv/bin/python" ]; then
