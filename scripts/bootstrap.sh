@@ -17,7 +17,6 @@ venv="${DLRM_VENV:-$default_venv}"
 python="${PYTHON:-python3}"
 key="$(cat "$root/scripts/bootstrap.sh" "${requirements[@]}" | sha256sum | cut -c1-16)"
 stamp="$venv/.bootstrap-$key"
-[ -f "$stamp" ] && exit 0
 # A venv holds one stack: never install one stack over the other (TensorFlow 2.21 over a Horovod build).
 built="$(cat "$venv/.dlrm-stack" 2>/dev/null || { [ -x "$venv/bin/horovodrun" ] && echo horovod; } || true)"
 if [ -n "$built" ] && [ "$built" != "$stack" ]; then
@@ -25,6 +24,33 @@ if [ -n "$built" ] && [ "$built" != "$stack" ]; then
       "or remove it to build the $stack stack there"
   exit 1
 fi
+python_version() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
+# The Python the stack will run on: the venv's own once it exists (a venv keeps the Python it was made
+# with, so an interpreter asked for by PYTHON must be that one), else $python. Checked before anything is
+# installed. The current stack's pins have wheels for 3.11-3.13 (numpy 2.4, pyarrow 26, matplotlib 3.11 and
+# onnxruntime 1.32 dropped 3.10, which reached its end of life in October 2026); TensorFlow 2.15 (and
+# Horovod 0.28.1's build) for 3.10-3.11 only.
+if [ -x "$venv/bin/python" ]; then
+  interpreter="$venv/bin/python" hint="remove $venv and set PYTHON=..."
+  version="$(python_version "$interpreter")" || version="unknown"
+  if [ -n "${PYTHON:-}" ]; then
+    asked="$(python_version "$python")" || { log "PYTHON=$python does not run"; exit 1; }
+    if [ "$asked" != "$version" ]; then
+      log "$venv was made with Python $version, not $asked (PYTHON=$python): remove it, or build another" \
+          "environment with DLRM_VENV=... (make VENV=...)"
+      exit 1
+    fi
+  fi
+else
+  interpreter="$python" hint="set PYTHON=..."
+  version="$(python_version "$interpreter")" || { log "$python does not run (set PYTHON=...)"; exit 1; }
+fi
+case "$stack:$version" in
+  current:3.1[1-3] | horovod:3.1[01]) ;;
+  current:*) log "the current stack needs Python 3.11-3.13, $interpreter is $version ($hint)"; exit 1 ;;
+  horovod:*) log "the Horovod stack needs Python 3.10 or 3.11, $interpreter is $version ($hint)"; exit 1 ;;
+esac
+[ -f "$stamp" ] && exit 0
 
 
 # --- Debian packages: Open MPI (mpi4py's library, mpirun; Horovod's controller), python3-venv for
@@ -55,15 +81,7 @@ fi
 # socket, free ports and a temporary directory, so daemons the packages may have started do not
 # collide with it (and killing daemons by name could hit a real cluster's or another test run's).
 
-# --- Python environment. The current stack's pins have wheels for Python 3.11-3.13 (numpy 2.4, pyarrow 26,
-# matplotlib 3.11 and onnxruntime 1.32 dropped 3.10, which reached its end of life in October 2026);
-# TensorFlow 2.15 (and Horovod 0.28.1's build) for 3.10-3.11 only.
-version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-case "$stack:$version" in
-  current:3.1[1-3] | horovod:3.1[01]) ;;
-  current:*) log "the current stack needs Python 3.11-3.13, $python is $version (set PYTHON=...)"; exit 1 ;;
-  horovod:*) log "the Horovod stack needs Python 3.10 or 3.11, $python is $version (set PYTHON=...)"; exit 1 ;;
-esac
+# --- Python environment (its version was checked above).
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   "$python" -m venv "$venv"
