@@ -52,11 +52,9 @@ def test_a_python_outside_the_stack_s_range_is_refused_before_the_environment_is
 
 def test_an_environment_made_with_another_python_is_not_reused_for_the_one_asked_for(tmp_path):
     venv = tmp_path / "venv"
-    fake_python(venv / "bin" / "python", "3.11")
     asked = "%d.%d" % sys.version_info[:2]
-    if asked == "3.11":  # the test's own interpreter must differ from the environment's
-        fake_python(venv / "bin" / "python", "3.12")
-    made = (venv / "bin" / "python").read_text().split()[-1]
+    made = "3.12" if asked == "3.11" else "3.11"  # a version other than the test's own interpreter's
+    fake_python(venv / "bin" / "python", made)
     before = sorted(p.name for p in venv.rglob("*"))
     run = bootstrap(venv, python=sys.executable)
     assert_one_refusal(run, f"made with Python {made}, not {asked}", "DLRM_VENV=")
