@@ -1,4 +1,5 @@
-"""Replace a file atomically: a reader, or a crash at any moment, sees the old content or the new, never a mix.
+"""Replace a file or a directory atomically: a reader, or a crash at any moment, sees the old content or the new,
+never a mix; remove a directory so that no partial copy is left under its name.
 
 Leaf module (standard library only) shared by the checkpoints, the feature spec, the sweep launcher, the
 preprocessing outputs and report, the synthetic generators' ground truth and the predictions file.
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 from typing import IO, Iterator, Union
 
 
@@ -49,6 +51,32 @@ def replaced_atomically(path: Union[str, os.PathLike], binary: bool = True) -> I
             raise naming_file(error, path) from error
         raise
     fsync_dir(os.path.dirname(path) or ".")
+
+
+def replace_dir(target: str, complete: str, aside: str) -> None:
+    """Put the directory `complete` in place of `target` by two renames (the old `target` goes to `aside`,
+    then is deleted); if the second rename fails, the old target is put back. A kill at any moment leaves
+    under `target` the old directory, nothing, or the new one, whole; at worst `aside` is left over."""
+    shutil.rmtree(aside, ignore_errors=True)  # left over by a killed run
+    if os.path.lexists(target):
+        os.rename(target, aside)
+    try:
+        os.rename(complete, target)
+    except OSError:
+        if os.path.lexists(aside):
+            os.rename(aside, target)
+        raise
+    fsync_dir(os.path.dirname(target) or ".")
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove_dir(path: str, aside: str) -> None:
+    """Delete the directory `path` by renaming it to `aside` first: a kill during the deletion leaves a partial
+    `aside` (for the caller to clear later), never a partial `path`."""
+    shutil.rmtree(aside, ignore_errors=True)  # left over by a killed run
+    os.rename(path, aside)
+    fsync_dir(os.path.dirname(path) or ".")
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def naming_file(error: OSError, path: Union[str, os.PathLike]) -> OSError:

@@ -18,6 +18,9 @@ from dlrm.errors import UserError
 LATEST = "latest"
 META = "meta.json"
 STEP_DIR = re.compile(r"^step_(\d{8})$")
+WRITING = ".tmp"  # `step_X.tmp`: a checkpoint being written
+DELETING = ".deleting"  # `step_X.deleting`: a checkpoint being deleted
+UNFINISHED = re.compile(r"^step_\d{8}(\.tmp|\.deleting)$")  # never loaded; left over only by a killed run
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -41,7 +44,7 @@ def complete_checkpoints(root: str) -> List[str]:
 
 def find_checkpoint(path: str) -> Optional[str]:
     """A complete checkpoint directory for `path` (itself, or `latest` / the newest under a root)."""
-    if os.path.isfile(os.path.join(path, META)) and not path.rstrip("/").endswith(".tmp"):
+    if os.path.isfile(os.path.join(path, META)) and not path.rstrip("/").endswith((WRITING, DELETING)):
         return path
     latest_file = os.path.join(path, LATEST)
     if os.path.isfile(latest_file):

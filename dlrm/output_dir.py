@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from dlrm.atomic import describe_os_error, fsync_dir
+from dlrm.atomic import describe_os_error, replace_dir
 from dlrm.errors import UserError
 
 
@@ -91,7 +91,7 @@ class OutputDir:
             yield tmp
             written = True
             self.check(overwrite)  # again: another run may have put an output there meanwhile
-            _replace(target, tmp)
+            replace_dir(target, tmp, aside=f"{target}.old-{os.getpid()}")
         except OSError as error:
             raise OutputDirError(f"{self.flag} {self.path} not written: {describe_os_error(error)}") from None
         finally:
@@ -116,18 +116,3 @@ def _prune_to(directory: str, kept: tuple[str, ...]) -> bool:
     except OSError:
         return True  # left as it is: nothing more is lost
 
-
-def _replace(target: str, complete: str) -> None:
-    """Put the directory `complete` in place of `target` by two renames; if the second fails, the old
-    target is put back."""
-    old = f"{target}.old-{os.getpid()}"
-    if os.path.lexists(target):
-        os.rename(target, old)
-    try:
-        os.rename(complete, target)
-    except OSError:
-        if os.path.lexists(old):
-            os.rename(old, target)
-        raise
-    fsync_dir(os.path.dirname(target))
-    shutil.rmtree(old, ignore_errors=True)

@@ -181,6 +181,59 @@ def test_disk_full_names_the_file_and_enospc_and_keeps_the_previous_checkpoint(t
         np.testing.assert_array_equal(restored[0][1]["value"].numpy(), np.ones((10, 64), np.float32))
 
 
+# ---------------------------------------------------------------------------------- killed mid-delete
+
+KILLED_DURING_DELETION = """import os, signal, sys
+import numpy as np, tensorflow as tf
+from dlrm.dist import single_process
+from dlrm.embedding.base import TablePiece
+from dlrm.train import checkpoint
+real_unlink, deleted = os.unlink, []
+def unlink_then_die(*args, **kwargs):  # SIGKILL this process once a deletion has removed one file
+    if deleted:
+        os.kill(os.getpid(), signal.SIGKILL)
+    deleted.append(real_unlink(*args, **kwargs))
+os.unlink = unlink_then_die
+root, step = sys.argv[1], int(sys.argv[2])
+pieces = [(TablePiece(0, 0, 300, 0, 64), {"value": tf.Variable(np.full((300, 64), 9.0, np.float32))})]
+meta = {"model_shape": {"tables": [{"name": "t0", "rows": 300, "dim": 64}]}}
+checkpoint.save_checkpoint(root, step, {}, pieces, meta, keep=3, group=single_process(), table_names=["t0"])
+"""
+
+
+def _complete_dirs(root):
+    """The `step_*` directories under `root`, each verified file by file against its manifest."""
+    names = sorted(name for name in os.listdir(root) if re.fullmatch(r"step_\d{8}", name))
+    for name in names:
+        ckpt.check_share(os.path.join(root, name), rank=0, size=1)  # raises naming a missing or damaged file
+    return names
+
+
+@pytest.mark.parametrize("step", [4, 3], ids=["pruning_the_oldest", "replacing_the_same_step"])
+def test_a_kill_while_a_checkpoint_is_deleted_leaves_no_partial_checkpoint(tmp_path, step):
+    """A save prunes the oldest checkpoint (step 4) or replaces one written again (step 3); the process is
+    SIGKILLed after the first file of that deletion: every `step_*` left is whole; the same save run again
+    succeeds and clears what the killed one left."""
+    root = str(tmp_path / "ckpt")
+    for earlier in (1, 2, 3):
+        _save(root, earlier, _pieces(300, float(earlier)))
+    killed = subprocess.run([sys.executable, "-c", KILLED_DURING_DELETION, root, str(step)], cwd=ROOT,
+                            env=rank_env(), capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    left_over = f"step_{1 if step == 4 else step:08d}.deleting"
+    assert left_over in os.listdir(root)
+    kept = ["step_00000002", "step_00000003", "step_00000004"] if step == 4 else \
+        ["step_00000001", "step_00000002", "step_00000003"]
+    assert _complete_dirs(root) == kept
+    restored = _pieces(300, 0.0)
+    ckpt.restore_checkpoint(ckpt.find_checkpoint(root), {}, restored, group=SINGLE, table_names=TABLE_NAMES)
+    assert float(restored[0][1]["value"][0, 0]) == 9.0  # the killed save's checkpoint, whole
+
+    os.makedirs(os.path.join(root, "step_00000009.tmp"))  # and a save killed while writing
+    _save(root, step, _pieces(300, 5.0))
+    assert sorted(os.listdir(root)) == ["latest", *_complete_dirs(root)] == ["latest", *kept]
+
+
 # --------------------------------------------------------------------------------------- the trainer
 
 def _train(tmp_path, save_path, *flags):

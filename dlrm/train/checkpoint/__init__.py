@@ -10,12 +10,12 @@
 
 Protocol: rank 0 clears a stale `step_X.tmp` and creates it; the ranks agree; every rank writes its
 pieces (rank 0 also the dense variables and meta.json); the ranks agree and gather every file's size and
-CRC32, which rank 0 writes to manifest.json; rank 0 fsyncs, renames the
-directory to `step_X`, then replaces `latest` (temp file + rename) and prunes old checkpoints. A
-directory named `step_X` therefore only exists complete, and a kill at any moment leaves the previous
-checkpoint loadable. `latest` that is empty, garbled or points nowhere is ignored in favour of the
-newest complete directory. If one rank fails to write, rank 0 removes `step_X.tmp` and every rank
-stops with one message (`protocol.raise_agreed`).
+CRC32, which rank 0 writes to manifest.json; rank 0 fsyncs, renames the directory to `step_X`, then
+replaces `latest` (temp file + rename) and prunes old checkpoints (each renamed to `step_X.deleting`
+before it is deleted). A directory named `step_X` therefore only exists complete, and a kill at any
+moment leaves the previous checkpoint loadable. `latest` that is empty, garbled or points nowhere is
+ignored in favour of the newest complete directory. If one rank fails to write, rank 0 removes
+`step_X.tmp` and every rank stops with one message (`protocol.raise_agreed`).
 
 A run holds `<root>/lock` (see `prepare_checkpoint_dir`) so two runs never write one directory.
 

@@ -7,10 +7,13 @@ import shutil
 import socket
 from typing import Optional
 
-from dlrm.atomic import describe_os_error, fsync_dir, write_text_atomically
+from dlrm.atomic import describe_os_error, fsync_dir, remove_dir, replace_dir, write_text_atomically
 from dlrm.checkpoint_layout import (  # noqa: F401 (the package's names for them)
+    DELETING,
     LATEST,
     META,
+    UNFINISHED,
+    WRITING,
     CheckpointError,
     complete_checkpoints,
     find_checkpoint,
@@ -64,19 +67,29 @@ def make_tmp_dir(root: str, tmp: str) -> None:
 
 
 def publish(root: str, tmp: str, final: str, step: int, keep: int) -> None:
-    """Make the complete `tmp` the checkpoint `final` and point `latest` at it."""
+    """Make the complete `tmp` the checkpoint `final` and point `latest` at it, then prune.
+
+    Only renames touch `step_*` names (a checkpoint written again for the same step, e.g. by a rerun, is
+    replaced by renames, and pruned ones are renamed to `step_X.deleting` before they are deleted), so a
+    kill at any moment leaves no partial directory under a checkpoint's name."""
     for directory, _, _ in os.walk(tmp):
         fsync_dir(directory)
-    if os.path.exists(final):  # same step written again (e.g. a rerun): replace it
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    fsync_dir(root)
+    replace_dir(final, tmp, aside=final + DELETING)
     write_text_atomically(os.path.join(root, LATEST), step_dir_name(step) + "\n")
     _prune(root, keep, protect=step_dir_name(step))
 
 
 def _prune(root: str, keep: int, protect: str) -> None:
+    """Delete all but the newest `keep` complete checkpoints (never `protect`) and what killed runs left
+    (`step_X.tmp`, `step_X.deleting`: this run holds the lock and is writing none)."""
     names = complete_checkpoints(root)
     for name in names[:max(0, len(names) - keep)]:
         if name != protect:
+            path = os.path.join(root, name)
+            try:
+                remove_dir(path, aside=path + DELETING)
+            except OSError:
+                pass  # the new checkpoint is published; an old one that cannot be deleted stays loadable
+    for name in os.listdir(root):
+        if UNFINISHED.match(name):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)

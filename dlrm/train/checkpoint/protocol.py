@@ -20,6 +20,7 @@ from dlrm.embedding.base import TablePiece
 from dlrm.errors import PeerRankFailed
 from dlrm.train.checkpoint.directory import (
     META,
+    WRITING,
     CheckpointDirLock,
     enough_space,
     find_checkpoint,
@@ -146,7 +147,7 @@ def save_checkpoint(
     """
     check_pieces(stored_pieces)
     final = os.path.join(root, step_dir_name(step))
-    tmp = final + ".tmp"
+    tmp = final + WRITING
     what = f"cannot write checkpoint {final}"
     primary = group.rank == 0
 
