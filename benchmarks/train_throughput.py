@@ -200,28 +200,36 @@ def ratio(a: float, b: float) -> float:
 
 
 def ratios_for(median: Dict[str, float], candidates: List[Candidate]) -> dict:
-    """The headline ratios for one metric (wall-clock or CPU-time samples/s medians)."""
+    """The headline ratios for one metric (wall-clock or CPU-time samples/s medians); a ratio whose
+    candidate was skipped (`--skip`) is left out."""
     group = {c.name: c.group for c in candidates}
-    ours_all = {n: v for n, v in median.items() if group[n] == "ours"}
-    ours_fp32 = {n: v for n, v in ours_all.items() if "_fp32" in n}
-    keras_fp32 = {n: v for n, v in median.items() if group[n] == "keras" and "_fp32" in n}
-    keras_bf16 = {n: v for n, v in median.items() if group[n] == "keras" and "_bf16" in n}
-    best = {"ours": max(ours_all, key=ours_all.get), "ours_fp32": max(ours_fp32, key=ours_fp32.get),
-            "keras_fp32": max(keras_fp32, key=keras_fp32.get)}
-    ceiling = median.get("ceiling_gemm_float32", float("nan"))
-    out = {
-        "best": best,
-        "best_ours_vs_best_keras_fp32": ratio(median[best["ours"]], median[best["keras_fp32"]]),
-        "best_ours_fp32_vs_best_keras_fp32": ratio(median[best["ours_fp32"]], median[best["keras_fp32"]]),
-        "best_ours_vs_fp32_ceiling": ratio(median[best["ours"]], ceiling),
-        "best_ours_fp32_vs_fp32_ceiling": ratio(median[best["ours_fp32"]], ceiling),
+
+    def fastest(names: List[str]) -> Optional[str]:
+        return max(names, key=median.__getitem__) if names else None
+
+    best = {
+        "ours": fastest([n for n in median if group[n] == "ours"]),
+        "ours_fp32": fastest([n for n in median if group[n] == "ours" and "_fp32" in n]),
+        "keras_fp32": fastest([n for n in median if group[n] == "keras" and "_fp32" in n]),
+        "keras_bf16": fastest([n for n in median if group[n] == "keras" and "_bf16" in n]),
     }
-    if "ours_amp" in median and "ours_fp32" in median:
-        out["ours_amp_vs_ours_fp32"] = ratio(median["ours_amp"], median["ours_fp32"])
-    if keras_bf16 and "ours_amp" in median:
-        best["keras_bf16"] = max(keras_bf16, key=keras_bf16.get)
-        out["ours_amp_vs_best_keras_bf16"] = ratio(median["ours_amp"], median[best["keras_bf16"]])
-        out["ours_amp_vs_bf16_ceiling"] = ratio(median["ours_amp"], median.get("ceiling_gemm_bfloat16", float("nan")))
+    named = {**{key: name for key, name in best.items() if name},
+             "ours_amp": "ours_amp" if "ours_amp" in median else None,
+             "fp32_ceiling": "ceiling_gemm_float32" if "ceiling_gemm_float32" in median else None,
+             "bf16_ceiling": "ceiling_gemm_bfloat16" if "ceiling_gemm_bfloat16" in median else None}
+    pairs = {
+        "best_ours_vs_best_keras_fp32": ("ours", "keras_fp32"),
+        "best_ours_fp32_vs_best_keras_fp32": ("ours_fp32", "keras_fp32"),
+        "best_ours_vs_fp32_ceiling": ("ours", "fp32_ceiling"),
+        "best_ours_fp32_vs_fp32_ceiling": ("ours_fp32", "fp32_ceiling"),
+        "ours_amp_vs_ours_fp32": ("ours_amp", "ours_fp32"),
+        "ours_amp_vs_best_keras_bf16": ("ours_amp", "keras_bf16"),
+        "ours_amp_vs_bf16_ceiling": ("ours_amp", "bf16_ceiling"),
+    }
+    out: dict = {"best": {key: name for key, name in best.items() if name}}
+    for key, (numerator, denominator) in pairs.items():
+        if named.get(numerator) and named.get(denominator):
+            out[key] = ratio(median[named[numerator]], median[named[denominator]])
     return out
 
 
@@ -276,11 +284,19 @@ def candidate_row(c: Candidate, wall: Dict[str, float], cpu: Dict[str, float], b
 def markdown(result: dict, facts: dict) -> list[str]:
     """The markdown table of `summarise`'s result (`facts`: the machine, as `machine_facts()` gives it)."""
     by_name = {c["name"]: c for c in result["candidates"]}
-    best = result["ratios_best_window"]["best"]
-    keras_best = by_name[best["keras_fp32"]]["best_window_samples_per_sec"]
-    keras_wall = by_name[result["ratios_wall"]["best"]["keras_fp32"]]["median_samples_per_sec"]
-    keras_cpu = by_name[result["ratios_cpu_time"]["best"]["keras_fp32"]]["median_samples_per_cpu_second"]
-    ceiling = by_name["ceiling_gemm_float32"]
+
+    def keras_fp32(ratios: str, field: str) -> Optional[float]:  # None: Keras fp32 was skipped
+        name = result[ratios]["best"].get("keras_fp32")
+        return by_name[name][field] if name else None
+
+    keras_best = keras_fp32("ratios_best_window", "best_window_samples_per_sec")
+    keras_wall = keras_fp32("ratios_wall", "median_samples_per_sec")
+    keras_cpu = keras_fp32("ratios_cpu_time", "median_samples_per_cpu_second")
+    ceiling = by_name.get("ceiling_gemm_float32", {}).get("best_window_samples_per_sec")
+
+    def versus(value: float, reference: Optional[float], unit: str = "x") -> str:
+        return f"{ratio(value, reference):.2f}{unit}" if reference else "—"
+
     lines = [
         f"Training-step throughput, DLRM reference dims, batch {result['settings']['batch_size']}, "
         f"{machine.run_facts(result['date_utc'], facts)}, "
@@ -296,9 +312,8 @@ def markdown(result: dict, facts: dict) -> list[str]:
     for c in result["candidates"]:
         b, w, p = c["best_window_samples_per_sec"], c["median_samples_per_sec"], c["median_samples_per_cpu_second"]
         cores = " ".join(f"{x:.1f}" for x in c["cores_busy"])
-        lines.append(f"| {c['name']} | {b:,.0f} | {ratio(b, keras_best):.2f}x "
-                     f"| {ratio(b, ceiling['best_window_samples_per_sec']):.2f} "
-                     f"| {w:,.0f} ({ratio(w, keras_wall):.2f}x) | {p:,.0f} ({ratio(p, keras_cpu):.2f}x) | {cores} |")
+        lines.append(f"| {c['name']} | {b:,.0f} | {versus(b, keras_best)} | {versus(b, ceiling, '')} "
+                     f"| {w:,.0f} ({versus(w, keras_wall)}) | {p:,.0f} ({versus(p, keras_cpu)}) | {cores} |")
     for key in ("ratios_best_window", "ratios_wall", "ratios_cpu_time"):
         lines += ["", f"{key}: " + ", ".join(f"{k} = {v}" for k, v in result[key].items() if k != "best")]
     return lines + bf16_caveat(result, result["ratios_best_window"].get("ours_amp_vs_ours_fp32")) + [

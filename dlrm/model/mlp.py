@@ -64,6 +64,21 @@ def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return tf.matmul(x, kernel), gradient
 
 
+@tf.autograph.experimental.do_not_convert
+@tf.custom_gradient
+def bias_add(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """x + bias, whose bias gradient sums the rows of the output gradient as one [1, B] x [B, N] matmul.
+
+    Why: TensorFlow's BiasAddGrad kernel reduces bfloat16 about 3x slower than the GEMM computes the same
+    sum, and float32 no faster (benchmarks/results/train_step_ab_2026-11-29_bias_gradient.md).
+    """
+    def gradient(d_output):
+        ones = tf.ones([1, tf.shape(d_output)[0]], d_output.dtype)
+        return d_output, tf.reshape(tf.matmul(ones, d_output), [-1])
+
+    return tf.nn.bias_add(x, bias), gradient
+
+
 class MLP(keras.layers.Layer):
     """input [B, input_dim] -> [B, units[-1]]; ReLU after every layer except (optionally) the last.
 
@@ -106,7 +121,7 @@ class MLP(keras.layers.Layer):
         # can carry the faster input gradient.
         for i, layer in enumerate(self.dense_layers):
             kernel = tf.cast(tf.convert_to_tensor(layer.kernel), x.dtype)
-            x = layer.activation(tf.nn.bias_add(matmul(x, kernel), tf.cast(layer.bias, x.dtype)))
+            x = layer.activation(bias_add(matmul(x, kernel), tf.cast(layer.bias, x.dtype)))
             if between is not None and i < len(self.dense_layers) - 1:
                 x = between(x, i)
         return x

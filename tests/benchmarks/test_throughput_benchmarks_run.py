@@ -59,3 +59,15 @@ def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
     for report in (train_json, widedeep_json):
         table = report.with_suffix(".md").read_text()
         assert ("This CPU has no bfloat16 instructions" in table) == (not native), table
+
+
+def test_skipped_candidates_leave_their_ratios_out_of_the_training_report():
+    """`--skip` of the Keras baselines and the ceilings (an A/B of our step alone) still gives a report."""
+    from benchmarks.train_throughput import Candidate, ratios_for
+
+    def ours(name: str) -> Candidate:
+        return Candidate(name, "ours", run=lambda steps: steps)
+
+    both = ratios_for({"ours_fp32": 10.0, "ours_amp": 18.0}, [ours("ours_fp32"), ours("ours_amp")])
+    assert both == {"best": {"ours": "ours_amp", "ours_fp32": "ours_fp32"}, "ours_amp_vs_ours_fp32": 1.8}
+    assert ratios_for({"ours_amp": 18.0}, [ours("ours_amp")]) == {"best": {"ours": "ours_amp"}}
