@@ -20,7 +20,7 @@ META = "meta.json"
 STEP_DIR = re.compile(r"^step_(\d{8})$")
 WRITING = ".tmp"  # `step_X.tmp`: a checkpoint being written
 DELETING = ".deleting"  # `step_X.deleting`: a checkpoint being deleted
-UNFINISHED = re.compile(r"^step_\d{8}(\.tmp|\.deleting)$")  # never loaded; left over only by a killed run
+UNFINISHED = re.compile(rf"^step_\d{{8}}({re.escape(WRITING)}|{re.escape(DELETING)})$")  # left by a killed run
 
 
 class CheckpointError(UserError, RuntimeError):

@@ -69,8 +69,8 @@ def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
 def bias_add(x: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
     """x + bias, whose bias gradient sums the rows of the output gradient as one [1, B] x [B, N] matmul.
 
-    Why: TensorFlow's BiasAddGrad kernel reduces bfloat16 about 3x slower than the GEMM computes the same
-    sum, and float32 no faster (benchmarks/results/train_step_ab_2026-11-29_bias_gradient.md).
+    Why: TensorFlow's BiasAddGrad kernel sums bfloat16 about 2x slower than the GEMM computes the same
+    sum at 1024-wide layers, and float32 no faster (benchmarks/results/train_step_ab_2026-11-29_bias_gradient.md).
     """
     def gradient(d_output):
         ones = tf.ones([1, tf.shape(d_output)[0]], d_output.dtype)

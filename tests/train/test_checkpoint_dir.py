@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dlrm.checkpoint_layout import STEP_DIR
 from dlrm.cli_errors import user_error_text
 from dlrm.dist import single_process
 from dlrm.embedding.base import TablePiece
@@ -203,7 +204,7 @@ checkpoint.save_checkpoint(root, step, {}, pieces, meta, keep=3, group=single_pr
 
 def _complete_dirs(root):
     """The `step_*` directories under `root`, each verified file by file against its manifest."""
-    names = sorted(name for name in os.listdir(root) if re.fullmatch(r"step_\d{8}", name))
+    names = sorted(name for name in os.listdir(root) if STEP_DIR.match(name))
     for name in names:
         ckpt.check_share(os.path.join(root, name), rank=0, size=1)  # raises naming a missing or damaged file
     return names
