@@ -213,10 +213,8 @@ def ratios_for(median: Dict[str, float], candidates: List[Candidate]) -> dict:
         "keras_fp32": fastest([n for n in median if group[n] == "keras" and "_fp32" in n]),
         "keras_bf16": fastest([n for n in median if group[n] == "keras" and "_bf16" in n]),
     }
-    named = {**{key: name for key, name in best.items() if name},
-             "ours_amp": "ours_amp" if "ours_amp" in median else None,
-             "fp32_ceiling": "ceiling_gemm_float32" if "ceiling_gemm_float32" in median else None,
-             "bf16_ceiling": "ceiling_gemm_bfloat16" if "ceiling_gemm_bfloat16" in median else None}
+    named = {**best, "fp32_ceiling": "ceiling_gemm_float32", "bf16_ceiling": "ceiling_gemm_bfloat16",
+             "ours_amp": "ours_amp"}
     pairs = {
         "best_ours_vs_best_keras_fp32": ("ours", "keras_fp32"),
         "best_ours_fp32_vs_best_keras_fp32": ("ours_fp32", "keras_fp32"),
@@ -228,7 +226,7 @@ def ratios_for(median: Dict[str, float], candidates: List[Candidate]) -> dict:
     }
     out: dict = {"best": {key: name for key, name in best.items() if name}}
     for key, (numerator, denominator) in pairs.items():
-        if named.get(numerator) and named.get(denominator):
+        if named[numerator] in median and named[denominator] in median:
             out[key] = ratio(median[named[numerator]], median[named[denominator]])
     return out
 
