@@ -29,6 +29,7 @@ all-to-all, the other collectives, and the part of them spent waiting for peers)
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -39,7 +40,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from benchmarks.machine import ROOT, cpu_flags
 
@@ -145,40 +146,47 @@ def collective_seconds(timeline_path: str, begin_us: float, end_us: float) -> di
 
 
 # -------------------------------------------------------------------------------- worker
-def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float, out: str) -> None:
+def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float, out: str,
+           extra_flags: Sequence[str] = ()) -> None:
     import numpy as np
-    import tensorflow as tf
 
     from dlrm import dist
     from dlrm.cli import parse_config
     from dlrm.train.build import build_parts, configure_tensorflow, make_reader
+    from dlrm.train.ids_ahead import StepBatches
     from dlrm.train.step import make_train_step
 
     world = dist.launcher_world().size
-    config = parse_config(model_flags(dataset, 2 // world, model))
+    config = parse_config(model_flags(dataset, 2 // world, model) + list(extra_flags))
     configure_tensorflow(config.train)
     group = dist.start()
     parts = build_parts(config, dataset, group, with_optimizer=True)
-    step = make_train_step(parts)
-    batches = []
-    for batch in make_reader(parts, "train", model.global_batch, partial_batch="drop"):
-        batches.append((tf.constant(batch.numerical), tf.constant(batch.categorical), tf.constant(batch.label),
-                        tf.constant(np.float32(batch.global_rows)), tf.constant(np.int64(batch.first_row))))
-    for i in range(3):  # warm-up: tracing, first allocations
-        step(*batches[i % len(batches)]).numpy()
+    # The training loop's batches (decoded once here and cycled): with the MPI backend each batch's ids
+    # travel during the step before it, as in training (`dlrm.train.ids_ahead`).
+    batches = StepBatches(itertools.cycle(list(make_reader(parts, "train", model.global_batch,
+                                                           partial_batch="drop"))), parts)
+    train_step = make_train_step(parts, ids_received=batches.ids_ahead)
+
+    def step():
+        batch, ids_received = next(batches)
+        batches.read_ahead()
+        return train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
+                          np.int64(batch.first_row), *ids_received)
+
+    for _ in range(3):  # warm-up: tracing, first allocations
+        step().numpy()
     began = time.time()
-    for i in range(3):
-        step(*batches[i % len(batches)]).numpy()
+    for _ in range(3):
+        step().numpy()
     # Every rank must run the same number of steps (each step is collective): rank 0 decides.
     steps_per_window = group.broadcast_object(max(1, round(window_seconds / ((time.time() - began) / 3))),
                                               root_rank=0, name="steps_per_window")
-    records, clocks, i = [], [], 0
+    records, clocks = [], []
     for _ in range(windows):
         group.barrier()
         began, clock_before = time.time(), group.collective_seconds()
         for _ in range(steps_per_window):
-            step(*batches[i % len(batches)]).numpy()
-            i += 1
+            step().numpy()
         group.barrier()
         ended, clock_after = time.time(), group.collective_seconds()
         steps = steps_per_window
@@ -188,6 +196,7 @@ def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float,
             clocks.append(clock_shares(clock_before or {}, clock_after, ended - began))
     if clocks:  # the backend timed its collectives on every rank: each rank writes its own
         Path(f"{out}.rank{group.rank}").write_text(json.dumps(clocks))
+    batches.drain()  # the exchange of the batch read ahead for a step that does not run
     if group.rank == 0:
         plan = parts.plan
         Path(out).write_text(json.dumps({"world_size": group.size, "windows": records,
@@ -217,7 +226,9 @@ def run_world(world: int, dataset: str, args, backend: str = "horovod") -> dict:
                HOROVOD_STALL_CHECK_TIME_SECONDS="5", HOROVOD_STALL_SHUTDOWN_TIME_SECONDS="30")
     command = [sys.executable, "-m", "benchmarks.scaling", "--worker", dataset, "--model", args.model,
                "--windows", str(args.windows), "--window_seconds", str(args.window_seconds), "--out", out]
-    if world > 1 and backend == "mpi":  # no HOROVOD_* variable: the process group's auto picks MPI
+    if world > 1 and backend == "mpi_in_step":
+        command.append("--exchange_ids_in_step")
+    if world > 1 and backend.startswith("mpi"):  # no HOROVOD_* variable: the process group's auto picks MPI
         env = {key: value for key, value in env.items() if not key.startswith("HOROVOD_")}
         root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
         command = ["mpirun", "-np", str(world), "--oversubscribe", *root, *command]
@@ -312,11 +323,14 @@ def main() -> None:
     parser.add_argument("--window_seconds", type=float, default=5.0)
     parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
     parser.add_argument("--backends", default="horovod",
-                        help="process-group backends of the 2-rank runs, comma-separated: horovod, mpi")
+                        help="process-group backends of the 2-rank runs, comma-separated: horovod, mpi, "
+                             "mpi_in_step (MPI with --exchange_ids_in_step)")
+    parser.add_argument("--exchange_ids_in_step", action="store_true", help="worker: the trainer's flag")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, MODELS[args.model], args.windows, args.window_seconds, args.out)
+        worker(args.worker, MODELS[args.model], args.windows, args.window_seconds, args.out,
+               ["--exchange_ids_in_step"] if args.exchange_ids_in_step else [])
         return
     from dlrm.data.synthetic.generator import generate_dataset
 

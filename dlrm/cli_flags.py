@@ -213,6 +213,9 @@ RUN_FLAGS = FlagGroup("training run", (
          type=positive_int),
     Flag("--backend", "train.backend", "collectives: horovod (horovodrun), mpi (mpi4py under mpirun or srun); "
          "auto: horovod if HOROVOD_* is set or one process, else mpi", choices=("auto", "horovod", "mpi")),
+    Flag("--exchange_ids_in_step", "train.exchange_ids_in_step",
+         "send each batch's ids to the ranks owning their tables inside its training step; by default the MPI "
+         "backend sends them during the step before", switch=True, modes=TRAINING),
     Flag("--predictions_path", "train.predictions_path",
          "write every evaluated row's group_id,label,logit,probability to this CSV file (eval mode; train mode: "
          "the final evaluation)", modes=EVALUATING),

@@ -145,6 +145,7 @@ class TrainConfig:
     intra_op_threads: Optional[int] = None  # None -> CPU cores / processes on this node
     inter_op_threads: int = 1
     backend: str = "auto"  # process group: "auto", "horovod", "mpi" (dlrm.dist.launcher.choose_backend)
+    exchange_ids_in_step: bool = False  # else the MPI backend sends a batch's ids during the step before
     # CSV of every evaluated row's group id, label, logit, probability (eval mode; train: the final evaluation)
     predictions_path: Optional[str] = None
     benchmark_warmup_steps: int = 5  # inference_benchmark: untimed batches, then timed ones

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dlrm.dist.group import AveragingTape, Failure, ProcessGroup
+from dlrm.dist.group import AveragingTape, Failure, ProcessGroup, StartedAlltoall
 from dlrm.dist.launcher import (
     BACKENDS,
     ENV_DEFAULTS_FILE,
@@ -28,7 +28,7 @@ from dlrm.dist.launcher import (
     pin_gpu_to_local_rank,
 )
 
-__all__ = ["BACKENDS", "ENV_DEFAULTS_FILE", "AveragingTape", "Failure", "LauncherWorld", "ProcessGroup",
+__all__ = ["BACKENDS", "ENV_DEFAULTS_FILE", "AveragingTape", "Failure", "LauncherWorld", "ProcessGroup", "StartedAlltoall",
            "apply_env_defaults", "choose_backend", "env_defaults", "is_peer_failure", "launcher_world",
            "leave_after_error", "pin_gpu_to_local_rank", "single_process", "start"]
 

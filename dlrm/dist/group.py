@@ -37,6 +37,20 @@ class CollectiveTime:
     waiting: float = 0.0
 
 
+class StartedAlltoall:
+    """An all-to-all of numpy rows posted ahead of its use (`ProcessGroup.start_alltoall`); `wait()` gives
+    (received rows, received splits), like `alltoall`, once every peer's rows are in."""
+
+    def __init__(self, finish: Callable[[], tuple]):
+        self._finish: Optional[Callable[[], tuple]] = finish
+        self._result: tuple = ()
+
+    def wait(self) -> tuple:
+        if self._finish is not None:
+            self._result, self._finish = self._finish(), None
+        return self._result
+
+
 class ProcessGroup:
     """Rank, world size and the collectives of one run; the only handle on Horovod or MPI.
 
@@ -45,6 +59,9 @@ class ProcessGroup:
     """
 
     backend = "none"  # "horovod", "mpi" in the backends' subclasses
+    # Whether `start_alltoall` posts the messages and returns at once (the MPI backend); Horovod's all-to-all
+    # runs only inside the step's graph.
+    starts_alltoall_early = False
 
     def __init__(self, rank: int, size: int, local_rank: int, local_size: int, launcher: LauncherWorld):
         self.rank = rank
@@ -92,6 +109,16 @@ class ProcessGroup:
         if self.size == 1:
             return tensor, splits
         return self._alltoall(tensor, splits, name)
+
+    def start_alltoall(self, rows, splits, name: str) -> StartedAlltoall:
+        """`alltoall` of numpy `rows` (int32, say) outside any graph, started now and finished by the handle's
+        `wait()`: what the ranks compute in between overlaps the transfer. Every rank starts it at the same
+        point of its sequence of collectives and waits for it later. Only where `starts_alltoall_early`."""
+        if self.size == 1:
+            return StartedAlltoall(lambda: (rows, splits))
+        if not self.starts_alltoall_early:
+            raise NotImplementedError(f"the {self.backend} backend runs all-to-alls only inside a step's graph")
+        return self._start_alltoall(rows, splits, name)
 
     def allreduce_sum(self, tensor, name: Optional[str] = None):
         if self.size == 1:
@@ -152,6 +179,9 @@ class ProcessGroup:
         raise NotImplementedError
 
     def _allreduce_sum(self, tensor, name: Optional[str]):
+        raise NotImplementedError
+
+    def _start_alltoall(self, rows, splits, name: str) -> StartedAlltoall:
         raise NotImplementedError
 
     def _allgather(self, tensor, name: Optional[str]):

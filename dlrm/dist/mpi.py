@@ -20,6 +20,10 @@ must issue its collectives in the same order. The tag is the collective's sequen
 the same graph: the traced order (the same code on every rank) is the order they run in, whatever
 TensorFlow's scheduling. The all-to-all is differentiable (`tf.custom_gradient`: the reverse all-to-all).
 
+An all-to-all can also start early (`start_alltoall`, for the ids of the next batch: `dlrm.train.ids_ahead`):
+its messages are posted at once, every other collective polls them too while it waits for its own, and
+its handle's `wait()` finishes it against the deadline like any collective.
+
 Reductions are bit-reproducible for any world size and any timing: the buffer is cut into one chunk per
 rank, each rank sums its chunk's contributions in rank order 0, 1, ..., N-1, and the summed chunks are
 sent to every rank, so every rank gets the same bits in every run (a reduce-scatter and an allgather:
@@ -39,7 +43,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 import numpy as np
 
-from dlrm.dist.group import CollectiveTime, ProcessGroup
+from dlrm.dist.group import CollectiveTime, ProcessGroup, StartedAlltoall
 from dlrm.dist.launcher import LauncherWorld
 from dlrm.errors import EnvironmentProblem
 
@@ -132,8 +136,27 @@ def _op_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-/]", "_", name).lstrip("_./-") or "collective"
 
 
+@dataclasses.dataclass(eq=False)
+class _Transfer:
+    """A posted exchange (`MpiGroup._post`): its tag, the send buffers (alive until sent), the pending sends
+    and receives by peer, the sources not yet heard from, what has arrived, and when the last source was heard."""
+
+    tag: int
+    payloads: Dict[int, np.ndarray]
+    sending: Dict[int, Any]
+    probing: List[int]
+    receiving: Dict[int, tuple] = dataclasses.field(default_factory=dict)
+    received: Dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    heard: Optional[float] = None  # time.monotonic() when the last source's message was matched (None: no sources)
+
+    @property
+    def done(self) -> bool:
+        return not (self.probing or self.receiving or self.sending)
+
+
 class MpiGroup(ProcessGroup):
     backend = "mpi"
+    starts_alltoall_early = True
 
     def __init__(self, comm, rank: int, size: int, local_rank: int, local_size: int, launcher: LauncherWorld,
                  timeout: float = DEFAULT_TIMEOUT_SECONDS, step_timeout: float = DEFAULT_STEP_TIMEOUT_SECONDS):
@@ -146,6 +169,7 @@ class MpiGroup(ProcessGroup):
         self._peers = [r for r in range(size) if r != rank]
         self._sequence = 0
         self._last_in_graph: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._early: List[_Transfer] = []  # started by `start_alltoall`, not yet waited for
         self._clock: Dict[str, CollectiveTime] = {}
 
     def collective_seconds(self) -> Dict[str, CollectiveTime]:
@@ -180,57 +204,75 @@ class MpiGroup(ProcessGroup):
     # -- the transport: one message per peer, polled against the deadline ---------------------------
     def _exchange(self, sends: Dict[int, np.ndarray], sources: Sequence[int], name: str,
                   kind: str) -> Dict[int, np.ndarray]:
-        """Send each buffer of `sends` to its rank, receive one byte buffer from each rank of `sources`.
+        """Send each buffer of `sends` to its rank, receive one byte buffer from each rank of `sources`."""
+        return self._complete(self._post(sends, sources), name, kind)
 
-        Never blocks past the deadline: a peer that does not deliver ends the job (`_give_up`). The time it
-        took is added to `kind`'s, its waiting part up to the arrival of the last peer's message (of a send
-        only: all of it).
+    def _post(self, sends: Dict[int, np.ndarray], sources: Sequence[int]) -> _Transfer:
+        """Start an exchange (`_exchange`): the sends are posted, the receives are probed for by `_complete`."""
+        from mpi4py import MPI
+
+        self._sequence += 1
+        tag = self._sequence % _TAG_CYCLE
+        payloads = {peer: _bytes(buf) for peer, buf in sends.items()}
+        sending = {peer: self._comm.Isend([data, MPI.BYTE], dest=peer, tag=tag) for peer, data in payloads.items()}
+        return _Transfer(tag, payloads, sending, list(sources))
+
+    def _advance(self, transfer: _Transfer, status) -> None:
+        """One round of polling: receive what has arrived, take note of what has been sent."""
+        from mpi4py import MPI
+
+        for peer in list(transfer.probing):
+            message = self._comm.Improbe(source=peer, tag=transfer.tag, status=status)
+            if message is not None:
+                data = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+                transfer.receiving[peer] = (message.Irecv([data, MPI.BYTE]), data)
+                transfer.probing.remove(peer)
+                if not transfer.probing:
+                    transfer.heard = time.monotonic()
+        for peer, (request, data) in list(transfer.receiving.items()):
+            if request.Test():
+                transfer.received[peer] = data
+                del transfer.receiving[peer]
+        for peer, request in list(transfer.sending.items()):
+            if request.Test():
+                del transfer.sending[peer]
+
+    def _complete(self, transfer: _Transfer, name: str, kind: str) -> Dict[int, np.ndarray]:
+        """Poll a posted exchange until every message is delivered; the received buffers by source rank.
+
+        Exchanges started early (`start_alltoall`) and not yet waited for are polled too, so that their data
+        moves while this rank is in any collective. Never blocks past the deadline (counted from this call): a
+        peer that does not deliver ends the job (`_give_up`). The time it took is added to `kind`'s, its
+        waiting part up to the arrival of the last peer's message (of a send only: all of it).
         """
         from mpi4py import MPI
 
         started = time.monotonic()
-        comm, status = self._comm, MPI.Status()
-        self._sequence += 1
-        tag = self._sequence % _TAG_CYCLE
-        payloads = {peer: _bytes(buf) for peer, buf in sends.items()}
-        sending = {peer: comm.Isend([data, MPI.BYTE], dest=peer, tag=tag) for peer, data in payloads.items()}
-        probing: List[int] = list(sources)
-        receiving: Dict[int, tuple] = {}
-        received: Dict[int, np.ndarray] = {}
+        status = MPI.Status()
+        if transfer in self._early:
+            self._early.remove(transfer)
         seconds = self._deadline_seconds()
-        deadline, polls, polled, arrived = time.monotonic() + seconds, 0, time.monotonic(), None
-        while probing or receiving or sending:
-            for peer in list(probing):
-                message = comm.Improbe(source=peer, tag=tag, status=status)
-                if message is not None:
-                    data = np.empty(status.Get_count(MPI.BYTE), np.uint8)
-                    receiving[peer] = (message.Irecv([data, MPI.BYTE]), data)
-                    probing.remove(peer)
-            if arrived is None and sources and not probing:
-                arrived = time.monotonic()
-            for peer, (request, data) in list(receiving.items()):
-                if request.Test():
-                    received[peer] = data
-                    del receiving[peer]
-            for peer, request in list(sending.items()):
-                if request.Test():
-                    del sending[peer]
-            if not (probing or receiving or sending):
+        deadline, polls, polled = time.monotonic() + seconds, 0, time.monotonic()
+        while True:
+            self._advance(transfer, status)
+            for early in self._early:
+                self._advance(early, status)
+            if transfer.done:
                 break
             now = time.monotonic()
             if now - polled > _FROZEN_GAP:  # this rank was stopped itself (SIGSTOP, swapped out): not the peers' time
                 deadline += now - polled
             polled = now
             if now > deadline:
-                self._give_up(name, sorted([*probing, *receiving]), sorted(sending), seconds)
+                self._give_up(name, sorted([*transfer.probing, *transfer.receiving]), sorted(transfer.sending), seconds)
             polls += 1
             time.sleep(0.0 if polls < _SPIN_POLLS else min(_MAX_POLL_SLEEP, 2e-5 * (polls - _SPIN_POLLS + 1)))
         ended = time.monotonic()
         spent = self._clock.setdefault(kind, CollectiveTime())
         spent.calls += 1
         spent.seconds += ended - started
-        spent.waiting += (arrived or ended) - started
-        return received
+        spent.waiting += (ended if transfer.heard is None else max(started, transfer.heard)) - started
+        return transfer.received
 
     def _give_up(self, name: str, silent: List[int], not_receiving: List[int], seconds: float) -> None:
         """One line naming this rank, the peers and the collective; then MPI_Abort ends every rank."""
@@ -243,14 +285,23 @@ class MpiGroup(ProcessGroup):
 
     # -- collectives on numpy arrays ------------------------------------------------------------------
     def _np_alltoall(self, x: np.ndarray, splits: np.ndarray, name: str):
+        return self._start_alltoall(x, splits, name).wait()
+
+    def _start_alltoall(self, x: np.ndarray, splits: np.ndarray, name: str) -> StartedAlltoall:
         x, splits = np.ascontiguousarray(x), np.asarray(splits, np.int64).reshape(-1)
         if splits.shape != (self.size,) or splits.min(initial=0) < 0 or int(splits.sum()) != x.shape[0]:
             raise ValueError(f"'{name}': splits {splits.tolist()} do not cut {x.shape[0]} rows into {self.size}")
         offsets = np.concatenate([[0], np.cumsum(splits)])
         blocks = [x[offsets[r]:offsets[r + 1]] for r in range(self.size)]
-        got = self._exchange({peer: blocks[peer] for peer in self._peers}, self._peers, name, "alltoall")
-        parts = [blocks[r] if r == self.rank else _rows(got[r], x.dtype, x.shape[1:]) for r in range(self.size)]
-        return np.concatenate(parts), np.array([len(part) for part in parts], np.int32)
+        transfer = self._post({peer: blocks[peer] for peer in self._peers}, self._peers)
+        self._early.append(transfer)
+
+        def finish():
+            got = self._complete(transfer, name, "alltoall")
+            parts = [blocks[r] if r == self.rank else _rows(got[r], x.dtype, x.shape[1:]) for r in range(self.size)]
+            return np.concatenate(parts), np.array([len(part) for part in parts], np.int32)
+
+        return StartedAlltoall(finish)
 
     def _np_allgather(self, x: np.ndarray, name: str) -> np.ndarray:
         x = np.ascontiguousarray(x)

@@ -8,7 +8,9 @@ exchange's shape is static (`dlrm.embedding.exchange`), worked out once from the
    whose pieces d owns, side by side (static column slices). For a row slice, ids outside its rows
    become padding (-1) and the others are shifted to the slice's first row.
 2. One all-to-all of the blocks (int32, B_local x id_width(d) to rank d). The owner's received buffer is
-   [sum of the sources' B, id_width(own)] whatever each source's batch slice.
+   [sum of the sources' B, id_width(own)] whatever each source's batch slice. The blocks depend on the
+   batch alone, so training may run this all-to-all before the step (`ids_to_send`, then the step traced
+   inside `ids_received`: `dlrm.train.ids_ahead`).
 3. Owner: pools every piece's columns on its shard variable (`dlrm.embedding.pooling`: the same code as
    `LocalEmbedding`; gathers of the real ids only, so shard gradients are sparse `tf.IndexedSlices`)
    and returns one vector per (row, piece): [rows, vector_width(own)]. A row slice returns the partial
@@ -29,7 +31,8 @@ single-process `LocalEmbedding` built with the same seed.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+import contextlib
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -71,6 +74,7 @@ class DistributedEmbedding(EmbeddingCollection):
                 if owner == self.rank:
                     self._shards.append((piece, self._shard_variable(piece)))
         self.exchange = Exchange(self.tables, sharded, self.world_size)
+        self._received: Optional[Tuple[tf.Tensor, tf.Tensor]] = None  # set by `ids_received`
 
     def _shard_variable(self, piece: TablePiece) -> tf.Variable:
         table = self.tables[piece.table]
@@ -148,13 +152,42 @@ class DistributedEmbedding(EmbeddingCollection):
             [f"categorical ids out of range on rank {self.rank} (tables {[t.name for t in self.tables]}, "
              f"rows {self.table_sizes}); offending table indices:", bad_tables])
 
+    @property
+    def exchanges_ids(self) -> bool:
+        """Whether a lookup sends ids to other ranks (some table is sharded and there are other ranks)."""
+        return self.world_size > 1 and bool(self.exchange.returned_order)
+
+    def ids_to_send(self, ids) -> Tuple[tf.Tensor, tf.Tensor]:
+        """(the flat int32 ids this rank sends, rows per destination rank): the first all-to-all's input,
+        which depends on the batch alone. Out-of-range ids fail here, before they travel."""
+        ids = tf.convert_to_tensor(ids, dtype=tf.int32)
+        self._check_ids(ids)
+        return self._ids_to_send(self.split_ids(ids))
+
+    @contextlib.contextmanager
+    def ids_received(self, received, received_splits) -> Iterator[None]:
+        """While a step is traced inside this, its lookup takes these as the first all-to-all's output
+        (the ids were exchanged before the step: `ids_to_send`, `ProcessGroup.start_alltoall`)."""
+        previous, self._received = self._received, (received, received_splits)
+        try:
+            yield
+        finally:
+            self._received = previous
+
+    def _ids_to_send(self, bags: List[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
+        exchange, world = self.exchange, self.world_size
+        id_widths = tf.constant([exchange.id_width(d) for d in range(world)], tf.int32)
+        send = tf.concat([self._ids_for(bags, exchange.routes[d]) for d in range(world)], axis=0)
+        return send, tf.shape(bags[0])[0] * id_widths
+
     def _sharded_lookup(self, bags: List[tf.Tensor], replicated: Dict[int, tf.Tensor]) -> tf.Tensor:
         """The output [B_local, total_dim]: sharded tables through the two all-to-alls, plus `replicated`."""
         exchange, world = self.exchange, self.world_size
         batch = tf.shape(bags[0])[0]
-        id_widths = tf.constant([exchange.id_width(d) for d in range(world)], tf.int32)
-        send = tf.concat([self._ids_for(bags, exchange.routes[d]) for d in range(world)], axis=0)
-        received, received_splits = self.group.alltoall(send, batch * id_widths, name=f"{self.name}_ids")
+        if self._received is None:
+            received, received_splits = self.group.alltoall(*self._ids_to_send(bags), name=f"{self.name}_ids")
+        else:
+            received, received_splits = self._received
         own_ids, own_width = exchange.id_width(self.rank), exchange.vector_width(self.rank)
         return_splits = (received_splits // own_ids * own_width if own_ids
                          else tf.zeros([world], tf.int32))

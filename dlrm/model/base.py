@@ -15,6 +15,11 @@ class EmbeddingModel(keras.Model):
 
     embeddings: EmbeddingCollection
 
+    def embedding_ids(self, categorical) -> tf.Tensor:
+        """The embedding layer's input for a batch's categorical ids [B, total_hotness]: the ids themselves,
+        unless a model derives more (Wide & Deep's crossed features)."""
+        return tf.convert_to_tensor(categorical, tf.int32)
+
     @property
     def embedding_variables(self) -> List[tf.Variable]:
         return list(self.embeddings.trainable_variables)

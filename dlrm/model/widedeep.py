@@ -106,9 +106,12 @@ class WideDeepModel(EmbeddingModel):
         return [tf.TensorSpec([None, self.contract.num_numerical], tf.float32),
                 tf.TensorSpec([None, self.contract.total_hotness], tf.int32)]
 
+    def embedding_ids(self, categorical) -> tf.Tensor:
+        """The batch's ids once per deep and wide copy, then the crossed features' ids."""
+        return embedding_ids(tf.convert_to_tensor(categorical, tf.int32), self.copies, self.crosses)
+
     def call(self, numerical, categorical, training=False, first_row=None, step=None):
-        categorical = tf.convert_to_tensor(categorical, tf.int32)
-        embedded = self.embeddings(embedding_ids(categorical, self.copies, self.crosses))
+        embedded = self.embeddings(self.embedding_ids(categorical))
         key = None
         if training and first_row is not None and step is not None and self.dropout > 0.0:
             key = tf.stack([tf.cast(step, tf.int64), tf.cast(first_row, tf.int64)])

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from dlrm.train.build import Parts
+from dlrm.train.ids_ahead import StepBatches
 from dlrm.train.loop import training_batches, training_reader
 from dlrm.train.metrics_log import MetricsLog
 from dlrm.train.result import RunResult
@@ -23,23 +24,26 @@ def train_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
     cfg = parts.config.train
     reader = training_reader(parts)
     parts.training_optimizer().schedule.set_steps_per_epoch(len(reader))
-    train_step = make_train_step(parts)
     rows, started = 0, 0.0
-    with contextlib.closing(training_batches(reader, 0, len(reader))) as batches:
-        for i in range(cfg.benchmark_warmup_steps + cfg.benchmark_steps):
+    total_steps = cfg.benchmark_warmup_steps + cfg.benchmark_steps
+    with contextlib.closing(StepBatches(training_batches(reader, 0, len(reader)), parts)) as batches:
+        train_step = make_train_step(parts, ids_received=batches.ids_ahead)
+        for i in range(total_steps):
             if i == cfg.benchmark_warmup_steps:
                 parts.group.barrier()
                 started = time.perf_counter()
-            batch = next(batches)
+            batch, ids_received = next(batches)
+            if i + 1 < total_steps:
+                batches.read_ahead()
             loss = train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
-                              np.int64(batch.first_row))
+                              np.int64(batch.first_row), *ids_received)
             float(loss)  # the step is done before the batch's arrays go back to the reader
             batch.release()
             if i >= cfg.benchmark_warmup_steps:
                 rows += batch.global_rows
         parts.group.barrier()
     seconds = time.perf_counter() - started
-    result = RunResult(mode="train", step=cfg.benchmark_warmup_steps + cfg.benchmark_steps, seconds=seconds,
+    result = RunResult(mode="train", step=total_steps, seconds=seconds,
                        samples_per_sec=rows / seconds,
                        extra={"global_batch_size": parts.config.data.global_batch_size,
                               "timed_steps": cfg.benchmark_steps})

@@ -23,6 +23,7 @@ from dlrm.train.checkpoint.restore import restore, training_source
 from dlrm.train.checkpoint.saving import Checkpoints, non_finite_error
 from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.evaluation import evaluate
+from dlrm.train.ids_ahead import AHEAD_MESSAGE, StepBatches
 from dlrm.train.metrics_log import MetricsLog
 from dlrm.train.result import RunResult
 from dlrm.train.step import make_predict_step, make_train_step
@@ -127,11 +128,13 @@ def _stop(agreed: stopping.StopAgreed, step: int, checkpoints: Checkpoints, log:
     return agreed.final_error(f"after step {step}", note)
 
 
-def _evaluate_between_steps(evaluations: Evaluations, step: int, checkpoints: Checkpoints, log: MetricsLog) -> None:
+def _evaluate_between_steps(evaluations: Evaluations, step: int, checkpoints: Checkpoints, log: MetricsLog,
+                            batches: StepBatches) -> None:
     """Evaluate after `step`; if that fails, checkpoint the training done so far where it is safe."""
     try:
         evaluations(step)
     except stopping.StopAgreed as agreed:  # a rank could not read its test data: every rank is here
+        batches.drain()
         raise _stop(agreed, step, checkpoints, log) from None
     except Exception:
         if checkpoints.parts.group.size == 1:  # with N ranks the others may be inside a collective: no checkpoint
@@ -159,18 +162,22 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     checkpoints = Checkpoints(parts, steps_per_epoch, log, last=source, last_step=step if source else None)
     log.start(total_steps, step)
     _log_skipped_rows(reader, step, parts, log)
-    train_step = make_train_step(parts)
+    batches = StepBatches(training_batches(reader, step, steps_per_epoch), parts)
+    train_step = make_train_step(parts, ids_received=batches.ids_ahead)
+    if batches.ids_ahead:
+        log.message(AHEAD_MESSAGE)
     window = ThroughputWindow()
-    batches = training_batches(reader, step, steps_per_epoch)
     with contextlib.closing(batches), stopping.StopRequests(group, announce=group.rank == 0) as stop_requests:
         evaluations = Evaluations(parts, log, bayes, lambda: stop_requests.signal_number)
         first_step = step
         while step < total_steps:
             try:
                 with group.steady_step(step > first_step):  # the first step may wait for ranks still tracing it
-                    batch = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop together
+                    batch, ids_received = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop
+                    if step + 1 < total_steps:
+                        batches.read_ahead()  # the next batch's ids travel during this step
                     loss = float(train_step(batch.numerical, batch.categorical, batch.label,
-                                            np.float32(batch.global_rows), np.int64(batch.first_row)))
+                                            np.float32(batch.global_rows), np.int64(batch.first_row), *ids_received))
             except stopping.StopAgreed as agreed:  # saved outside the steady step: the save may take long
                 raise _stop(agreed, step, checkpoints, log) from None
             batch.release()  # the step is done with the arrays: the reader decodes a later batch into them
@@ -187,7 +194,7 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
                 break
             with window.paused():
                 if every(step, cfg.eval_every_steps):
-                    _evaluate_between_steps(evaluations, step, checkpoints, log)
+                    _evaluate_between_steps(evaluations, step, checkpoints, log, batches)
                 if checkpoints.due(step):
                     checkpoints.save(step)
         seconds = time.perf_counter() - window.started

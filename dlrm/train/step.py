@@ -7,17 +7,23 @@ above logit ~17, which would create false ties.
 """
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 from dlrm.train.build import Parts
 
 
-def make_train_step(parts: Parts):
-    """One optimisation step as a `tf.function`; a single trace serves every batch size."""
+def make_train_step(parts: Parts, ids_received: bool = False):
+    """One optimisation step as a `tf.function`; a single trace serves every batch size.
+
+    `ids_received`: the step takes two more inputs, the output of the embedding's id all-to-all run before
+    it (received ids and splits: `dlrm.train.ids_ahead`), and does not exchange the ids itself."""
     model, optimizer, group = parts.model, parts.training_optimizer(), parts.group
     variables = list(model.trainable_variables)
     model_parallel = list(parts.embeddings.model_parallel_variables)
     world_size = float(group.size)
+    received_signature = [tf.TensorSpec([None], tf.int32), tf.TensorSpec([group.size], tf.int32)]
 
     # autograph=False: the step has no data-dependent Python control flow, and converting the
     # optimizer's and Horovod's Python loops costs seconds of tracing per run.
@@ -26,9 +32,10 @@ def make_train_step(parts: Parts):
         tf.TensorSpec([None], tf.float32),  # labels
         tf.TensorSpec([], tf.float32),  # rows in the global batch
         tf.TensorSpec([], tf.int64),  # dataset row of this rank's first row (keys dropout masks)
+        *(received_signature if ids_received else []),
     ])
-    def train_step(numerical, categorical, labels, global_rows, first_row):
-        with tf.GradientTape() as tape:
+    def train_step(numerical, categorical, labels, global_rows, first_row, *received):
+        with tf.GradientTape() as tape, _ids_received(parts.embeddings, received):
             logits = model(numerical, categorical, training=True, first_row=first_row, step=optimizer.iterations)
             bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.reduce_sum(bce) * world_size / global_rows
@@ -40,6 +47,10 @@ def make_train_step(parts: Parts):
         return mean_loss  # the global-batch mean, same on all ranks
 
     return train_step
+
+
+def _ids_received(embeddings, received: tuple):
+    return embeddings.ids_received(*received) if received else contextlib.nullcontext()
 
 
 def make_predict_step(model):

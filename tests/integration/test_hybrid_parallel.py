@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -183,6 +184,19 @@ def test_three_mpi_backend_ranks_give_the_same_bits_twice_and_stay_near_one_proc
     np.testing.assert_allclose(losses(first + "/run"), losses(repro_single() + "/run"), rtol=0, atol=TOLERANCE)
     err, key = max_difference(checkpoint_arrays(first + "/ckpt"), checkpoint_arrays(repro_single() + "/ckpt"))
     assert err < TOLERANCE, f"final weights differ from one process: {key} by {err}"
+
+
+@pytest.mark.multirank
+@pytest.mark.slow
+def test_ids_sent_a_step_ahead_give_the_bits_of_ids_sent_inside_the_step():
+    """The MPI backend sends each batch's ids to their tables' owners during the step before it
+    (`dlrm.train.ids_ahead`); sent inside their own step (`--exchange_ids_in_step`) they train the same bits."""
+    ahead = repro_run(3, "first", backend="mpi")
+    in_step = repro_run(3, "in_step", backend="mpi", flags=("--exchange_ids_in_step",))
+    said = "ids travel to their tables' owners during the step before it"  # the start-up line of `train`
+    assert said in Path(ahead, "output.txt").read_text()
+    assert said not in Path(in_step, "output.txt").read_text()
+    assert_same_bits(ahead, in_step)
 
 
 @pytest.mark.multirank

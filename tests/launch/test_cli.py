@@ -66,7 +66,7 @@ def test_every_flag_maps_to_its_field():
         "--mode", "train", "--max_steps", "99", "--epochs", "2.5", "--eval_every", "11",
         "--log_every", "3", "--run_dir", "/r", "--save_checkpoint_path", "/c", "--restore_checkpoint_path", "/c0",
         "--checkpoint_every", "13", "--keep_checkpoints", "5", "--amp", "--xla", "--seed", "42",
-        "--intra_op_threads", "2", "--inter_op_threads", "1", "--debug",
+        "--intra_op_threads", "2", "--inter_op_threads", "1", "--debug", "--exchange_ids_in_step",
     ]
     c = parse_config(argv)
     assert (c.data.dataset_dir, c.data.synthetic_dir, c.data.synthetic_preset) == ("/d", "/s", "t15")
@@ -92,6 +92,7 @@ def test_every_flag_maps_to_its_field():
         ("/c", "/c0", 13, 5)
     assert (t.amp, t.xla, t.seed, t.intra_op_threads, t.inter_op_threads) == (True, True, 42, 2, 1)
     assert t.debug is True
+    assert t.exchange_ids_in_step is True and Config().train.exchange_ids_in_step is False
     timed = parse_config(["--mode", "inference_benchmark", "--benchmark_warmup_steps", "1", "--benchmark_steps", "9"])
     assert (timed.train.benchmark_warmup_steps, timed.train.benchmark_steps) == (1, 9)
 

@@ -9,6 +9,7 @@ the N = 3 checkpoint at N = 2 and N = 1), test_resume_sigkill.py (the 3-rank rep
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -196,14 +197,16 @@ def repro_command(base: str) -> list:
             "--keep_checkpoints", "2"]
 
 
-def repro_run(world: int, label: str, env: dict | None = None, backend: str | None = None) -> str:
-    """One memoised, checked launch of `repro_command` on `world` ranks (`backend`: the stack's by default);
-    returns its output directory."""
+def repro_run(world: int, label: str, env: dict | None = None, backend: str | None = None,
+              flags: tuple = ()) -> str:
+    """One memoised, checked launch of `repro_command` (plus `flags`) on `world` ranks (`backend`: the stack's
+    by default); returns its output directory, where `output.txt` holds what the ranks printed."""
     backend = backend or STACK_BACKEND
 
     def go():
         base = scratch_dir(f"repro{world}_{backend}_{label}_")
-        run_ranks(world, repro_command(base), env=env, timeout=360, backend=backend).check()
+        run = run_ranks(world, repro_command(base) + list(flags), env=env, timeout=360, backend=backend).check()
+        Path(base, "output.txt").write_text(run.stdout + run.stderr)
         return base
     return memoised(("repro", world, label, backend), go)
 

@@ -5,7 +5,8 @@
     python -m tests.workers.collectives stall R   rank R stops itself (SIGSTOP) before a barrier
     python -m tests.workers.collectives leave R   after an error rank R reports, the others clean up first
 
-Uneven and empty splits, zero-row inputs, gradients of the all-to-all; rank-dependent sleeps vary the
+Uneven and empty splits, zero-row inputs, gradients of the all-to-all, an all-to-all started early and
+finished after the other collectives; rank-dependent sleeps vary the
 timing; each rank's time in collectives by kind. A failed check raises: the launch ends non-zero with the traceback.
 """
 from __future__ import annotations
@@ -44,12 +45,18 @@ def exchange_and_gradient(group, x, splits, name=None):
     return received, received_splits, tape.gradient(loss, x), loss
 
 
-def check_exchange(group, received, received_splits, grad) -> None:
+def check_received(group, received: np.ndarray, received_splits: np.ndarray) -> None:
+    """What this rank must receive from an all-to-all of every rank's `rows_from` cut by `splits_of`."""
     rank, world = group.rank, group.size
     want = np.concatenate([rows_from(s, world)[sum(splits_of(s, world)[:rank]):][:splits_of(s, world)[rank]]
                            for s in range(world)])
-    np.testing.assert_array_equal(received.numpy(), want)
-    assert received_splits.numpy().tolist() == [splits_of(s, world)[rank] for s in range(world)]
+    np.testing.assert_array_equal(received, want)
+    assert received_splits.tolist() == [splits_of(s, world)[rank] for s in range(world)]
+
+
+def check_exchange(group, received, received_splits, grad) -> None:
+    rank, world = group.rank, group.size
+    check_received(group, received.numpy(), received_splits.numpy())
     destination = np.repeat(np.arange(world), splits_of(rank, world)).astype(np.float32)
     np.testing.assert_array_equal(grad.numpy(), rows_from(rank, world) * (destination[:, None] + 1))
 
@@ -130,6 +137,9 @@ def check_the_clock(group) -> dict:
 
 
 def check(group) -> None:
+    # Started early, finished after every other check: the collectives in between do not disturb it.
+    early = group.start_alltoall(rows_from(group.rank, group.size), np.array(splits_of(group.rank, group.size)),
+                                 "early")
     check_exchange(group, *exchange_and_gradient(group, *inputs(group))[:3])  # eager
 
     @tf.function(autograph=False)
@@ -144,6 +154,7 @@ def check(group) -> None:
         check_exchange(group, received, received_splits, grad)
         np.testing.assert_allclose(mean.numpy(), np.mean(losses.numpy()), rtol=1e-6)
     check_the_rest(group)
+    check_received(group, *early.wait())
     bits = check_fixed_buffer(group)
     clock = check_the_clock(group)
     write_rank_result(group.rank, {"backend": group.backend, "size": group.size, "bits": bits, **clock})
