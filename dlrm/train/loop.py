@@ -183,7 +183,8 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
             batch.release()  # the step is done with the arrays: the reader decodes a later batch into them
             step += 1
             window.add(batch.global_rows, loss)
-            if not math.isfinite(loss):
+            if not math.isfinite(loss):  # the global mean: every rank stops here
+                batches.drain()
                 log.event("stopped", step, reason="non-finite loss", loss=loss)
                 raise non_finite_error(f"training loss is {loss}", step, checkpoints.last)
             if every(step, cfg.log_every_steps) or step == total_steps:
