@@ -169,15 +169,15 @@ def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float,
 
     def step():
         batch, ids_received = next(batches)
-        batches.read_ahead()
-        return train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
-                          np.int64(batch.first_row), *ids_received)
+        with batches.next_ids_ahead():
+            return train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
+                              np.int64(batch.first_row), *ids_received).numpy()
 
     for _ in range(3):  # warm-up: tracing, first allocations
-        step().numpy()
+        step()
     began = time.time()
     for _ in range(3):
-        step().numpy()
+        step()
     # Every rank must run the same number of steps (each step is collective): rank 0 decides.
     steps_per_window = group.broadcast_object(max(1, round(window_seconds / ((time.time() - began) / 3))),
                                               root_rank=0, name="steps_per_window")
@@ -186,7 +186,7 @@ def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float,
         group.barrier()
         began, clock_before = time.time(), group.collective_seconds()
         for _ in range(steps_per_window):
-            step().numpy()
+            step()
         group.barrier()
         ended, clock_after = time.time(), group.collective_seconds()
         steps = steps_per_window
@@ -196,7 +196,6 @@ def worker(dataset: str, model: BenchModel, windows: int, window_seconds: float,
             clocks.append(clock_shares(clock_before or {}, clock_after, ended - began))
     if clocks:  # the backend timed its collectives on every rank: each rank writes its own
         Path(f"{out}.rank{group.rank}").write_text(json.dumps(clocks))
-    batches.drain()  # the exchange of the batch read ahead for a step that does not run
     if group.rank == 0:
         plan = parts.plan
         Path(out).write_text(json.dumps({"world_size": group.size, "windows": records,

@@ -28,9 +28,9 @@ from dlrm.dist.launcher import (
     pin_gpu_to_local_rank,
 )
 
-__all__ = ["BACKENDS", "ENV_DEFAULTS_FILE", "AveragingTape", "Failure", "LauncherWorld", "ProcessGroup", "StartedAlltoall",
-           "apply_env_defaults", "choose_backend", "env_defaults", "is_peer_failure", "launcher_world",
-           "leave_after_error", "pin_gpu_to_local_rank", "single_process", "start"]
+__all__ = ["BACKENDS", "ENV_DEFAULTS_FILE", "AveragingTape", "Failure", "LauncherWorld", "ProcessGroup",
+           "StartedAlltoall", "apply_env_defaults", "choose_backend", "env_defaults", "is_peer_failure",
+           "launcher_world", "leave_after_error", "pin_gpu_to_local_rank", "single_process", "start"]
 
 _started: Optional[ProcessGroup] = None  # a backend starts once per process; later calls get the same group
 

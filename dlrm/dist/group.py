@@ -59,8 +59,8 @@ class ProcessGroup:
     """
 
     backend = "none"  # "horovod", "mpi" in the backends' subclasses
-    # Whether `start_alltoall` posts the messages and returns at once (the MPI backend); Horovod's all-to-all
-    # runs only inside the step's graph.
+    # Whether `start_alltoall` posts the messages and returns at once (the MPI backend); Horovod's TensorFlow
+    # all-to-all has no start/finish split.
     starts_alltoall_early = False
 
     def __init__(self, rank: int, size: int, local_rank: int, local_size: int, launcher: LauncherWorld):
@@ -117,7 +117,7 @@ class ProcessGroup:
         if self.size == 1:
             return StartedAlltoall(lambda: (rows, splits))
         if not self.starts_alltoall_early:
-            raise NotImplementedError(f"the {self.backend} backend runs all-to-alls only inside a step's graph")
+            raise NotImplementedError(f"the {self.backend} backend cannot start an all-to-all and finish it later")
         return self._start_alltoall(rows, splits, name)
 
     def allreduce_sum(self, tensor, name: Optional[str] = None):

@@ -135,7 +135,8 @@ def choose_backend(requested: str, env: Optional[Mapping[str, str]] = None,
                                      "or use --backend horovod")
         if world.source == "horovod":
             raise EnvironmentProblem(
-                "--backend mpi under horovodrun: horovodrun starts Horovod's workers, not an MPI job for mpi4py; launch with "
+                "--backend mpi under horovodrun: horovodrun starts Horovod's workers, not an MPI job for mpi4py; "
+                "launch with "
                 f"`mpirun -np {world.size} python main.py --backend mpi` (or `srun --mpi=pmix`), "
                 "or use --backend horovod")
     return requested

@@ -127,7 +127,8 @@ class DistributedEmbedding(EmbeddingCollection):
     def lookup_blocks(self, ids) -> List[tf.Tensor]:
         ids = tf.convert_to_tensor(ids, dtype=tf.int32)
         bags = self.split_ids(ids)
-        self._check_ids(ids)
+        if self._received is None:  # else `ids_to_send` checked them
+            self._check_ids(ids)
         replicated = {}
         # Replicated lookups first and in fixed name scopes: inside tf.function, Horovod names the
         # allgather of their gradients after the gradient tensors' op names, which must therefore be

@@ -26,18 +26,17 @@ def train_benchmark(parts: Parts, log: MetricsLog) -> RunResult:
     parts.training_optimizer().schedule.set_steps_per_epoch(len(reader))
     rows, started = 0, 0.0
     total_steps = cfg.benchmark_warmup_steps + cfg.benchmark_steps
-    with contextlib.closing(StepBatches(training_batches(reader, 0, len(reader)), parts)) as batches:
+    with contextlib.closing(StepBatches(training_batches(reader, 0, len(reader)), parts, total_steps)) as batches:
         train_step = make_train_step(parts, ids_received=batches.ids_ahead)
         for i in range(total_steps):
             if i == cfg.benchmark_warmup_steps:
                 parts.group.barrier()
                 started = time.perf_counter()
             batch, ids_received = next(batches)
-            if i + 1 < total_steps:
-                batches.read_ahead()
-            loss = train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
-                              np.int64(batch.first_row), *ids_received)
-            float(loss)  # the step is done before the batch's arrays go back to the reader
+            with batches.next_ids_ahead():
+                loss = train_step(batch.numerical, batch.categorical, batch.label, np.float32(batch.global_rows),
+                                  np.int64(batch.first_row), *ids_received)
+                float(loss)  # the step is done before the batch's arrays go back to the reader
             batch.release()
             if i >= cfg.benchmark_warmup_steps:
                 rows += batch.global_rows

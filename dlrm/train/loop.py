@@ -128,13 +128,11 @@ def _stop(agreed: stopping.StopAgreed, step: int, checkpoints: Checkpoints, log:
     return agreed.final_error(f"after step {step}", note)
 
 
-def _evaluate_between_steps(evaluations: Evaluations, step: int, checkpoints: Checkpoints, log: MetricsLog,
-                            batches: StepBatches) -> None:
+def _evaluate_between_steps(evaluations: Evaluations, step: int, checkpoints: Checkpoints, log: MetricsLog) -> None:
     """Evaluate after `step`; if that fails, checkpoint the training done so far where it is safe."""
     try:
         evaluations(step)
     except stopping.StopAgreed as agreed:  # a rank could not read its test data: every rank is here
-        batches.drain()
         raise _stop(agreed, step, checkpoints, log) from None
     except Exception:
         if checkpoints.parts.group.size == 1:  # with N ranks the others may be inside a collective: no checkpoint
@@ -162,7 +160,7 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
     checkpoints = Checkpoints(parts, steps_per_epoch, log, last=source, last_step=step if source else None)
     log.start(total_steps, step)
     _log_skipped_rows(reader, step, parts, log)
-    batches = StepBatches(training_batches(reader, step, steps_per_epoch), parts)
+    batches = StepBatches(training_batches(reader, step, steps_per_epoch), parts, total_steps - step)
     train_step = make_train_step(parts, ids_received=batches.ids_ahead)
     if batches.ids_ahead:
         log.message(AHEAD_MESSAGE)
@@ -174,17 +172,16 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
             try:
                 with group.steady_step(step > first_step):  # the first step may wait for ranks still tracing it
                     batch, ids_received = stop_requests.next_batch(batches)  # all ranks agree to go on, or stop
-                    if step + 1 < total_steps:
-                        batches.read_ahead()  # the next batch's ids travel during this step
-                    loss = float(train_step(batch.numerical, batch.categorical, batch.label,
-                                            np.float32(batch.global_rows), np.int64(batch.first_row), *ids_received))
+                    with batches.next_ids_ahead():
+                        loss = float(train_step(batch.numerical, batch.categorical, batch.label,
+                                                np.float32(batch.global_rows), np.int64(batch.first_row),
+                                                *ids_received))
             except stopping.StopAgreed as agreed:  # saved outside the steady step: the save may take long
                 raise _stop(agreed, step, checkpoints, log) from None
             batch.release()  # the step is done with the arrays: the reader decodes a later batch into them
             step += 1
             window.add(batch.global_rows, loss)
-            if not math.isfinite(loss):  # the global mean: every rank stops here
-                batches.drain()
+            if not math.isfinite(loss):
                 log.event("stopped", step, reason="non-finite loss", loss=loss)
                 raise non_finite_error(f"training loss is {loss}", step, checkpoints.last)
             if every(step, cfg.log_every_steps) or step == total_steps:
@@ -195,7 +192,7 @@ def train(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> RunResult:
                 break
             with window.paused():
                 if every(step, cfg.eval_every_steps):
-                    _evaluate_between_steps(evaluations, step, checkpoints, log, batches)
+                    _evaluate_between_steps(evaluations, step, checkpoints, log)
                 if checkpoints.due(step):
                     checkpoints.save(step)
         seconds = time.perf_counter() - window.started
