@@ -1,7 +1,7 @@
 """The training-throughput benchmarks run end to end at a tiny size and write their reports: every candidate
 measured, the headline ratios finite, and the bfloat16 caveat present exactly when this CPU has no bfloat16
-instructions; the W&D step profile puts its op time in classes. Their figures are not checked (benchmarks/,
-not tests, hold speed); that they run is."""
+instructions; the W&D step profile puts its op time in classes; every part of the interaction gets a time and
+an ideal. Their figures are not checked (benchmarks/, not tests, hold speed); that they run is."""
 import json
 import math
 import subprocess
@@ -20,14 +20,18 @@ SKIP_XLA = ["--skip", "ours_fp32_xla", "ours_amp_xla", "keras_fit_fp32_jit", "ou
 
 @pytest.mark.slow
 def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
-    train_json, widedeep_json, profile_json = (tmp_path / name for name in ("train.json", "widedeep.json", "prof.json"))
-    script = ("import sys; from benchmarks import step_profile, train_throughput, widedeep_throughput; "
-              "train_throughput.main(sys.argv[4:] + ['--output', sys.argv[1]]); "
-              "widedeep_throughput.main(sys.argv[4:] + ['--output', sys.argv[2]]); "
+    train_json, widedeep_json, profile_json, parts_json = (
+        tmp_path / name for name in ("train.json", "widedeep.json", "prof.json", "parts.json"))
+    script = ("import sys; "
+              "from benchmarks import interaction_parts, step_profile, train_throughput, widedeep_throughput; "
+              "train_throughput.main(sys.argv[5:] + ['--output', sys.argv[1]]); "
+              "widedeep_throughput.main(sys.argv[5:] + ['--output', sys.argv[2]]); "
               "step_profile.main(['--arch', 'widedeep', '--batch_size', '32', '--max_rows', '64', '--steps', '2', "
-              "'--warmup', '1', '--rate_seconds', '0.1', '--output', sys.argv[3]])")
+              "'--warmup', '1', '--rate_seconds', '0.1', '--output', sys.argv[3]]); "
+              "interaction_parts.main(['--batch_size', '32', '--window_seconds', '0.02', '--rounds', '1', "
+              "'--output', sys.argv[4]])")
     done = subprocess.run([sys.executable, "-c", script, str(train_json), str(widedeep_json), str(profile_json),
-                           *TINY, *SKIP_XLA], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           str(parts_json), *TINY, *SKIP_XLA], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
     native = native_bf16(cpu_flags())
@@ -55,6 +59,11 @@ def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
         assert variant["class_seconds"]["mlp_gemm"] > 0 and variant["class_seconds"]["embedding"] > 0, variant
         assert set(variant["ideal_seconds"]) == {"mlp_gemm", "embedding"}
     assert profile_json.with_suffix(".md").read_text().startswith("Where the training step's time goes, Wide & Deep")
+
+    parts = json.loads(parts_json.read_text())
+    for rows in parts["dtypes"].values():
+        assert len(rows) == 10 and all(row["seconds"] > 0 and row["ideal_seconds"] > 0 for row in rows), rows
+    assert set(parts["dtypes"]) == {"float32", "bfloat16"}
 
     for report in (train_json, widedeep_json):
         table = report.with_suffix(".md").read_text()
