@@ -132,6 +132,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
     parser.add_argument("--window_seconds", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rate_seconds", type=float, default=3.0, help="seconds for each rate (GEMM, memory copy)")
     parser.add_argument("--output", default=os.path.join(machine.RESULTS, "interaction_parts.json"))
     return parser.parse_args(argv)
 
@@ -139,8 +140,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> dict:
     args = parse_args(argv)
     command, started, load_before = begin_run("benchmarks.interaction_parts", argv, args.threads)
-    rates = {f"gemm_{d.name}": gemm_flops_per_second(d, args.batch_size) for d in (tf.float32, tf.bfloat16)}
-    rates["memory"] = memory_bytes_per_second()
+    rates = {f"gemm_{d.name}": gemm_flops_per_second(d, args.batch_size, args.rate_seconds)
+             for d in (tf.float32, tf.bfloat16)}
+    rates["memory"] = memory_bytes_per_second(seconds=args.rate_seconds)
     dtypes = {}
     for dtype in (tf.float32, tf.bfloat16):
         all_parts = parts(args.batch_size, dtype)

@@ -29,7 +29,7 @@ def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
               "step_profile.main(['--arch', 'widedeep', '--batch_size', '32', '--max_rows', '64', '--steps', '2', "
               "'--warmup', '1', '--rate_seconds', '0.1', '--output', sys.argv[3]]); "
               "interaction_parts.main(['--batch_size', '32', '--window_seconds', '0.02', '--rounds', '1', "
-              "'--output', sys.argv[4]])")
+              "'--rate_seconds', '0.1', '--output', sys.argv[4]])")
     done = subprocess.run([sys.executable, "-c", script, str(train_json), str(widedeep_json), str(profile_json),
                            str(parts_json), *TINY, *SKIP_XLA], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
