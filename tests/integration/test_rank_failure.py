@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from dlrm.checkpoint_layout import STEP_DIR, UNFINISHED
 from tests.support.hybrid import CARDINALITIES, eval_flags, train_flags
 from tests.support.multirank import finish, run_single, scratch_dir, start_ranks
 from tests.support.processes import alive as _alive
@@ -62,14 +63,17 @@ def test_killed_rank_ends_the_job_quickly_and_keeps_the_last_checkpoint_loadable
     assert first_exit(run.stdout + run.stderr) == (0, 128 + signal.SIGKILL)
     print(run.stdout[-2000:], run.stderr[-3000:])
 
-    # Only complete checkpoints are visible under step_* names; the newest one restores at world 1.
+    # Under a checkpoint's name (step_X) only complete checkpoints; the kill may leave one being written
+    # (step_X.tmp) or being pruned (step_X.deleting), never loaded. The newest one restores at world 1.
     last = checkpoint.find_checkpoint(root)
     assert last and os.path.exists(os.path.join(last, "meta.json"))
     step = checkpoint.read_meta(last)["step"]
     assert step >= 2 and step % 2 == 0
     for name in os.listdir(root):
-        if name.startswith("step_") and not name.endswith(".tmp"):
+        if STEP_DIR.match(name):
             assert os.path.exists(os.path.join(root, name, "meta.json")), name
+        elif name.startswith("step_"):
+            assert UNFINISHED.match(name), name
     restore = run_single(["main.py", *eval_flags(dataset, os.path.join(work, "eval")), "--mode", "eval",
                           "--restore_checkpoint_path", last], timeout=240)
     restore.check()
