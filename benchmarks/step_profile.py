@@ -10,10 +10,15 @@ is put in one class by its name and type:
 - mlp_gemm:     the MLPs' matrix products, forward and backward (MatMul and its fused forms);
 - interaction:  every op under the dot interaction's name scope, forward and backward;
 - embedding:    the lookups (gathers, the bags' segment sums, stacking the tables' outputs) and their
-                sparse gradients and updates (with the XLA-compiled row subtraction, TensorFlow 2.21; the
-                trace does not name a compiled function, so W&D's compiled dropout masks count here too);
+                sparse gradients and updates (with the XLA-compiled duplicate-row sums and, on TensorFlow
+                2.21, row subtraction);
 - dense_update: the optimizer's update of the dense weights;
-- elementwise:  bias, ReLU and their gradients, casts, the loss, everything else.
+- elementwise:  bias, ReLU and their gradients (W&D: ReLU and dropout, XLA-compiled), casts, the loss,
+                everything else.
+
+The trace does not name the compiled function an XLA run belongs to; a run whose kernels include a scatter
+is a duplicate-row sum or the row subtraction, any other the W&D's ReLU and dropout (the only compiled
+functions in these steps).
 
 The rest of the step's wall time (between ops and around the step call) is `outside ops`.
 
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import itertools
 import os
 import shutil
 import tempfile
@@ -61,8 +67,10 @@ DENSE_UPDATE_TYPES = ("ResourceApplyGradientDescent", "ResourceApplyAdagradV2", 
                       "ResourceApplyRMSProp", "ResourceApplyFtrl", "AssignSubVariableOp", "AssignAddVariableOp")
 
 
-# How the trace names a run of an XLA-compiled function (its ops are not executor ops).
+# How the trace names a run of an XLA-compiled function (its ops are not executor ops), and how we do.
 XLA_RUN = "CpuExecutable::ExecuteAsyncOnStream"
+XLA_ROW_UPDATE = "XLA row sums + subtraction"
+XLA_RELU_DROPOUT = "XLA ReLU + dropout"
 
 
 def op_class(name: str, op_type: str) -> str:
@@ -79,9 +87,23 @@ def op_class(name: str, op_type: str) -> str:
     return "elementwise"
 
 
-def op_seconds(logdir: str, compiled: str = "XLA row subtraction") -> Dict[str, Dict[str, float]]:
-    """Seconds per (class, op type) of every op the executor ran in the profile written under `logdir`;
-    `compiled`: the type shown for the runs of XLA-compiled functions (the embedding class's)."""
+def _xla_run_kinds(events: list, metadata: dict) -> Dict[int, tuple]:
+    """(class, type) of every XLA run among one trace line's `events`, by index: the embedding update's if one
+    of the kernels inside it (the events it encloses) is a scatter, else the ReLU and dropout."""
+    spans = sorted((event.offset_ps, event.offset_ps + event.duration_ps, metadata[event.metadata_id].name, i)
+                   for i, event in enumerate(events))
+    kinds = {}
+    for position, (start, end, name, index) in enumerate(spans):
+        if name != XLA_RUN:
+            continue
+        inner = itertools.takewhile(lambda span: span[0] < end, spans[position + 1:])
+        scatter = any("scatter" in span[2] for span in inner)
+        kinds[index] = ("embedding", XLA_ROW_UPDATE) if scatter else ("elementwise", XLA_RELU_DROPOUT)
+    return kinds
+
+
+def op_seconds(logdir: str) -> Dict[str, Dict[str, float]]:
+    """Seconds per (class, op type) of every op the executor ran in the profile written under `logdir`."""
     paths = sorted(glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb")))
     if not paths:
         raise RuntimeError(f"the profiler wrote no trace under {logdir}")
@@ -95,10 +117,12 @@ def op_seconds(logdir: str, compiled: str = "XLA row subtraction") -> Dict[str, 
         for line in plane.lines:
             if not line.name.startswith("tf_Compute"):
                 continue
-            for event in line.events:
+            xla_runs = _xla_run_kinds(list(line.events), plane.event_metadata)
+            for index, event in enumerate(line.events):
                 metadata = plane.event_metadata[event.metadata_id]
-                if metadata.name == XLA_RUN:  # a compiled function: the tables' row subtraction (W&D: dropout)
-                    spent["embedding"][compiled] += event.duration_ps * 1e-12
+                if index in xla_runs:
+                    cls, kind = xla_runs[index]
+                    spent[cls][kind] += event.duration_ps * 1e-12
                     continue
                 if ":" not in metadata.name or not metadata.display_name:
                     continue  # executor bookkeeping, not an op
@@ -154,8 +178,7 @@ def embedding_bytes(values_per_sample: int, batch: int, element_bytes: int = 4) 
     return batch * values_per_sample * element_bytes * (2 + 3)
 
 
-def profile(candidate, steps: int, warmup: int,
-            compiled: str = "XLA row subtraction") -> tuple[Dict[str, Dict[str, float]], float]:
+def profile(candidate, steps: int, warmup: int) -> tuple[Dict[str, Dict[str, float]], float]:
     """(seconds per class and op type over `steps` steps, the steps' wall seconds) of one candidate."""
     candidate.run(warmup)
     logdir = tempfile.mkdtemp(prefix="step_profile_")
@@ -165,7 +188,7 @@ def profile(candidate, steps: int, warmup: int,
     wall = time.perf_counter() - start
     tf.profiler.experimental.stop()
     try:
-        return op_seconds(logdir, compiled), wall
+        return op_seconds(logdir), wall
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
 
@@ -193,19 +216,16 @@ def widedeep_setup(args) -> tuple[Callable[[bool], object], Dict[str, float]]:
 
 
 class Arch(NamedTuple):
-    """How to profile one --arch: build its step, its default batch and table cap, its report's name, and
-    what its XLA-compiled functions are (the trace does not name them)."""
+    """How to profile one --arch: build its step, its default batch and table cap, its report's name."""
 
     setup: Callable[[argparse.Namespace], tuple[Callable[[bool], object], Dict[str, float]]]
     batch_size: int
     max_rows: int
     report: str
-    compiled: str
 
 
-ARCHS = {"dlrm": Arch(dlrm_setup, 8192, 200_000, "step_profile", "XLA row subtraction"),
-         "widedeep": Arch(widedeep_setup, 16384, 300_000, "step_profile_widedeep",
-                          "XLA row subtraction + dropout masks")}
+ARCHS = {"dlrm": Arch(dlrm_setup, 8192, 200_000, "step_profile"),
+         "widedeep": Arch(widedeep_setup, 16384, 300_000, "step_profile_widedeep")}
 
 
 def main(argv: Optional[List[str]] = None) -> dict:
@@ -231,7 +251,7 @@ def main(argv: Optional[List[str]] = None) -> dict:
     variants = {}
     for amp in (False, True):
         name = "amp" if amp else "fp32"
-        spent, wall = profile(candidate(amp), args.steps, args.warmup, arch.compiled)
+        spent, wall = profile(candidate(amp), args.steps, args.warmup)
         gemm_rate = rates["gemm_bf16" if amp else "gemm_fp32"]
         ideal = {cls: amount / (rates["memory"] if cls == "embedding" else gemm_rate) for cls, amount in work.items()}
         per_step = {c: sum(spent.get(c, {}).values()) / args.steps for c in CLASSES}

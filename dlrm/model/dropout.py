@@ -7,10 +7,11 @@ so a row gets the same mask whichever rank holds it. The hash is 32-bit integer 
 TensorFlow ops (wrapping multiplies, shifts, xors: Chris Wellons' "lowbias32" mixer); a unit is kept
 when the top 24 bits of its hash are at or above rate * 2^24.
 
-The dropout itself computes the mask, already scaled, in one XLA-compiled function: unfused, each of the
-hash's dozen integer ops is a pass over a [batch, units] tensor (the cost: docs/benchmarks.md, the step
-profile). XLA's integer arithmetic is exact, so the mask is the same bits either way. XLA compiles once
-per local batch size (a short last batch adds one compilation).
+The dropout follows a ReLU (Wide & Deep's hidden layers) and runs with it in one XLA-compiled function:
+unfused, each of the hash's dozen integer ops would be a pass over a [batch, units] tensor, and a stored
+mask two more (docs/benchmarks.md, the step profile). XLA's integer arithmetic is exact, so the mask is
+the same bits as in plain ops. XLA compiles once per local batch size (a short last batch adds one
+compilation).
 """
 from __future__ import annotations
 
@@ -55,20 +56,39 @@ def keep_mask(rows: int, units: int, rate: float, seed: int, step: tf.Tensor, fi
     return tf.bitwise.right_shift(hashed, _u32(8)) >= threshold
 
 
-def _scaled_keep_mask(rows: tf.Tensor, units: int, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
-                      layer: int, dtype: tf.DType) -> tf.Tensor:
-    """`keep_mask` as `dtype`: 1 / (1 - rate) where a unit is kept, 0 where it is dropped."""
-    keep = keep_mask(rows, units, rate, seed, step, first_row, layer)
-    return tf.where(keep, tf.cast(1.0 / (1.0 - rate), dtype), tf.zeros([], dtype))
+def _relu_dropout(pre_activation: tf.Tensor, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
+                  layer: int) -> tf.Tensor:
+    """ReLU, then inverted dropout with `keep_mask`'s mask: kept units scaled by 1 / (1 - rate), dropped ones 0."""
+    keep = keep_mask(tf.shape(pre_activation)[0], int(pre_activation.shape[1]), rate, seed, step, first_row, layer)
+    scale = tf.cast(1.0 / (1.0 - rate), pre_activation.dtype)
+    return tf.where(keep, tf.nn.relu(pre_activation) * scale, tf.zeros([], pre_activation.dtype))
 
 
-_compiled_scaled_keep_mask = tf.function(_scaled_keep_mask, jit_compile=True, autograph=False)
+def _relu_dropout_gradient(d_output: tf.Tensor, output: tf.Tensor, rate: float) -> tf.Tensor:
+    """The pre-activation's gradient: scaled where the output is > 0 (the unit is active and kept), else 0."""
+    scale = tf.cast(1.0 / (1.0 - rate), d_output.dtype)
+    return tf.where(output > 0, d_output * scale, tf.zeros([], d_output.dtype))
 
 
-def row_keyed_dropout(x: tf.Tensor, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
-                      layer: int) -> tf.Tensor:
-    """Inverted dropout of x [B, U] (kept units scaled by 1 / (1 - rate)) with `keep_mask`'s mask."""
+_compiled_relu_dropout = tf.function(_relu_dropout, jit_compile=True, autograph=False)
+_compiled_relu_dropout_gradient = tf.function(_relu_dropout_gradient, jit_compile=True, autograph=False)
+
+
+def relu_dropout(pre_activation: tf.Tensor, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
+                 layer: int) -> tf.Tensor:
+    """ReLU of `pre_activation` [B, U], then inverted dropout with `keep_mask`'s mask.
+
+    Forward and backward are one compiled pass each over [B, U]: the mask is hashed where it is used,
+    never stored, and the gradient needs only the output (a unit passes its gradient, scaled, where its
+    output is > 0: active and kept), not the mask nor the separate ReLU gradient.
+    """
     if rate <= 0.0:
-        return x
-    scale = _compiled_scaled_keep_mask(tf.shape(x)[0], int(x.shape[1]), rate, seed, step, first_row, layer, x.dtype)
-    return x * tf.stop_gradient(scale)
+        return tf.nn.relu(pre_activation)
+
+    @tf.autograph.experimental.do_not_convert  # autograph would rewrite the returned gradient function
+    @tf.custom_gradient
+    def apply(z):
+        output = _compiled_relu_dropout(z, rate, seed, step, first_row, layer)
+        return output, lambda d_output: _compiled_relu_dropout_gradient(d_output, output, rate)
+
+    return apply(pre_activation)

@@ -115,13 +115,15 @@ class MLP(keras.layers.Layer):
     def output_dim(self) -> int:
         return self.units[-1]
 
-    def call(self, x, between: Optional[Callable] = None):
-        """`between(x, i)`, if given, transforms the output of every layer i but the last (e.g. dropout)."""
+    def call(self, x, hidden_activation: Optional[Callable] = None):
+        """`hidden_activation(z, i)`, if given, replaces the ReLU of every layer i but the last, given the
+        layer's pre-activation z (Wide & Deep: ReLU and dropout in one pass)."""
         # The Dense layers hold the variables; the arithmetic is spelled out here so the matmul
         # can carry the faster input gradient.
         for i, layer in enumerate(self.dense_layers):
             kernel = tf.cast(tf.convert_to_tensor(layer.kernel), x.dtype)
-            x = layer.activation(bias_add(matmul(x, kernel), tf.cast(layer.bias, x.dtype)))
-            if between is not None and i < len(self.dense_layers) - 1:
-                x = between(x, i)
+            pre_activation = bias_add(matmul(x, kernel), tf.cast(layer.bias, x.dtype))
+            hidden = i < len(self.dense_layers) - 1
+            x = (hidden_activation(pre_activation, i) if hidden and hidden_activation is not None
+                 else layer.activation(pre_activation))
         return x

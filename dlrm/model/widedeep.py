@@ -15,7 +15,7 @@ only that part (its tables, its variables). Dropout masks are keyed by the datas
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -24,11 +24,32 @@ from dlrm.embedding.base import EmbeddingCollection
 from dlrm.features import FeatureContract
 from dlrm.model.base import EmbeddingModel
 from dlrm.model.cross_ids import embedding_ids
-from dlrm.model.dropout import row_keyed_dropout
+from dlrm.model.dropout import relu_dropout
 from dlrm.model.mlp import MLP, layer_seed
 from dlrm.model.precision import compute_dtype, keras_policy
 from dlrm.model.shape_rules import check_model_shape
 from dlrm.model_tables import has_deep, has_wide, id_copies, model_crosses, model_tables
+
+
+def cut_blocks(blocks: List[tf.Tensor], width: int) -> Tuple[List[tf.Tensor], List[tf.Tensor]]:
+    """Column blocks [B, w_i] -> (the blocks of columns [0, width), the blocks of the rest), in order. The
+    others pass uncopied; a block across the cut (the sharded layer's one block) is cut by one split, whose
+    gradient is one concat (two slices' gradients would each be a zero-padded full-width copy)."""
+    left: List[tf.Tensor] = []
+    right: List[tf.Tensor] = []
+    start = 0
+    for block in blocks:
+        size = int(block.shape[1])
+        if start + size <= width:
+            left.append(block)
+        elif start >= width:
+            right.append(block)
+        else:
+            head, tail = tf.split(block, [width - start, size - (width - start)], axis=1)
+            left.append(head)
+            right.append(tail)
+        start += size
+    return left, right
 
 
 class WideDeepModel(EmbeddingModel):
@@ -71,34 +92,37 @@ class WideDeepModel(EmbeddingModel):
         self._dense_fn = (tf.function(self.dense_forward, jit_compile=True, reduce_retracing=True)
                           if self.xla else self.dense_forward)
 
-    def _deep_logit(self, deep: MLP, numerical, deep_vectors, dropout_key):
-        x = tf.cast(tf.concat([deep_vectors, numerical], axis=1), self.dense_dtype)
-        between: Optional[Callable] = None
+    def _deep_logit(self, deep: MLP, numerical, deep_blocks: List[tf.Tensor], dropout_key):
+        x = tf.concat([tf.cast(block, self.dense_dtype) for block in deep_blocks + [numerical]], axis=1)
+        hidden_activation: Optional[Callable] = None
         if dropout_key is not None and self.dropout > 0.0:
             step, first_row = dropout_key[0], dropout_key[1]
 
-            def between(h, layer):
-                return row_keyed_dropout(h, self.dropout, layer_seed(self.seed, 17), step, first_row, layer)
+            def hidden_activation(pre_activation, layer):
+                return relu_dropout(pre_activation, self.dropout, layer_seed(self.seed, 17), step, first_row, layer)
 
-        return tf.cast(tf.reshape(deep(x, between=between), [-1]), tf.float32)
+        return tf.cast(tf.reshape(deep(x, hidden_activation=hidden_activation), [-1]), tf.float32)
 
-    def _wide_logit(self, numerical, wide_weights):
+    def _wide_logit(self, numerical, wide_blocks: List[tf.Tensor]):
+        wide_weights = wide_blocks[0] if len(wide_blocks) == 1 else tf.concat(wide_blocks, axis=1)
         logit = tf.reduce_sum(wide_weights, axis=1) + self.wide_bias
         if self.wide_kernel is not None:
             logit += tf.reshape(tf.matmul(numerical, self.wide_kernel), [-1])
         return logit
 
-    def dense_forward(self, numerical, embedded, dropout_key=None):
-        """numerical [B, n], embedded [B, deep dims + wide tables] float32 -> logits [B] float32.
+    def dense_forward(self, numerical, blocks: List[tf.Tensor], dropout_key=None):
+        """numerical [B, n] float32 and the embeddings' column blocks (`lookup_blocks`: the deep tables'
+        vectors, then the wide tables' weights) -> logits [B] float32.
 
-        `dropout_key`: int64 [2] (step, first dataset row) when training with dropout, else None."""
-        # One split (its gradient: one concat), not two slices (each gradient a zero-padded full-width copy).
-        deep_vectors, wide_weights = tf.split(embedded, [self.deep_width, -1], axis=1)
-        logits = tf.zeros(tf.shape(embedded)[:1])
+        The deep part concatenates its blocks with the numerical features once (its gradient: one split
+        into the blocks); the embeddings' vectors are never concatenated whole. `dropout_key`: int64 [2]
+        (step, first dataset row) when training with dropout, else None."""
+        deep_blocks, wide_blocks = cut_blocks(blocks, self.deep_width)
+        logits = tf.zeros(tf.shape(numerical)[:1])
         if self.deep is not None:
-            logits += self._deep_logit(self.deep, numerical, deep_vectors, dropout_key)
+            logits += self._deep_logit(self.deep, numerical, deep_blocks, dropout_key)
         if self.wide_bias is not None:
-            logits += self._wide_logit(numerical, wide_weights)
+            logits += self._wide_logit(numerical, wide_blocks)
         return logits
 
     @property
@@ -111,11 +135,12 @@ class WideDeepModel(EmbeddingModel):
         return embedding_ids(tf.convert_to_tensor(categorical, tf.int32), self.copies, self.crosses)
 
     def call(self, numerical, categorical, training=False, first_row=None, step=None):
-        embedded = self.embeddings(self.embedding_ids(categorical))
+        with tf.name_scope(self.embeddings.name):
+            blocks = self.embeddings.lookup_blocks(self.embedding_ids(categorical))
         key = None
         if training and first_row is not None and step is not None and self.dropout > 0.0:
             key = tf.stack([tf.cast(step, tf.int64), tf.cast(first_row, tf.int64)])
-        return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), embedded, key)
+        return self._dense_fn(tf.convert_to_tensor(numerical, tf.float32), blocks, key)
 
 
     @property

@@ -2,11 +2,11 @@
 
 A `tf.IndexedSlices` gradient (what `tf.gather` on a table produces) updates only the rows it
 touches, in the variable AND in its slots ("lazy" Adagrad/Adam): untouched rows keep their values
-and their moments bit for bit. For Adagrad and Adam, duplicate ids in a batch are summed first, so a
-row seen k times gets one update with the sum of its k gradients (the gradient of the loss), not k
-separate ones. SGD's update is linear in the gradient, so it subtracts the k rows one after the
-other, in batch order (as Keras' legacy SGD does): the same update up to float rounding, without
-the unique + segment-sum pass. Every optimizer but FTRL (which writes its rows) ends a sparse update
+and their moments bit for bit. For Adagrad, Adam, RMSProp and FTRL, duplicate ids in a batch are summed
+first (`dlrm.train.duplicate_rows`), so a row seen k times gets one update with the sum of its k gradients
+(the gradient of the loss), not k separate ones. SGD's update is linear in the gradient, so it subtracts
+the k rows one after the other, in batch order (as Keras' legacy SGD does): the same update up to float
+rounding, without the unique + segment-sum pass. Every optimizer but FTRL (which writes its rows) ends a sparse update
 by subtracting from the table's rows, for all tables at once (`dlrm.train.row_subtraction`: on
 TensorFlow 2.21, whose scatter kernel is slow, large steps run it XLA-compiled, with the same bits).
 The scatter is serial, hence deterministic, under TensorFlow's op determinism, which the trainer enables.
@@ -34,15 +34,9 @@ from dlrm.choices import named_choice
 from dlrm.config import OptimizerConfig
 from dlrm.embedding.optimizer_slots import SLOT_NAMES
 from dlrm.model.precision import needs_loss_scaling
-from dlrm.train.row_subtraction import RowSubtraction
+from dlrm.train.duplicate_rows import sum_duplicate_rows
+from dlrm.train.row_subtraction import RowSubtraction, on_cpu
 from dlrm.train.schedule import GroupSchedule, Schedule
-
-
-def sum_duplicate_rows(grad: tf.IndexedSlices) -> Tuple[tf.Tensor, tf.Tensor]:
-    """(unique row ids, summed gradient rows) of an IndexedSlices gradient, in first-seen order."""
-    rows, positions = tf.unique(grad.indices)
-    summed = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(rows)[0])
-    return rows, summed
 
 
 class RowsToSubtract(NamedTuple):
@@ -132,7 +126,8 @@ class SparseOptimizer:
             slots = self._slots[var.ref()]
             if isinstance(grad, tf.IndexedSlices):
                 with tf.name_scope("embedding_update"):  # op names that step profiles group by
-                    rows, values = sum_duplicate_rows(grad) if self.sums_duplicate_rows else (grad.indices, grad.values)
+                    rows, values = (sum_duplicate_rows(grad, compiled=on_cpu(var)) if self.sums_duplicate_rows
+                                    else (grad.indices, grad.values))
                     sparse.append(SparseUpdate(var, slots, rows, tf.cast(values, var.dtype)))
             else:
                 with tf.name_scope("dense_update"):

@@ -35,7 +35,7 @@ def _scatter_sub(variables: Sequence[tf.Variable], rows: Sequence[tf.Tensor], up
 _compiled_scatter_sub = tf.function(_scatter_sub, jit_compile=True, autograph=False)
 
 
-def _on_cpu(var: tf.Variable) -> bool:
+def on_cpu(var: tf.Variable) -> bool:
     """The slow kernel is the CPU one; on a GPU, XLA's scatter would not subtract repeated rows in turn."""
     return tf.DeviceSpec.from_string(var.device).device_type in (None, "CPU")
 
@@ -72,7 +72,7 @@ class RowSubtraction:
     def __call__(self, variables: Sequence[tf.Variable], rows: Sequence[tf.Tensor],
                  updates: Sequence[tf.Tensor]) -> None:
         variables, rows, updates = list(variables), list(rows), list(updates)
-        if not self.compiled or not variables or not all(_on_cpu(var) for var in variables):
+        if not self.compiled or not variables or not all(on_cpu(var) for var in variables):
             _scatter_sub(variables, rows, updates)
             return
         total = tf.add_n([tf.size(table_rows, out_type=tf.int64) for table_rows in rows])

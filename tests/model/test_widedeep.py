@@ -12,7 +12,7 @@ from dlrm.data.synthetic import widedeep_reference as ref
 from dlrm.embedding.local import LocalEmbedding
 from dlrm.features import FeatureContract, TableConfig
 from dlrm.model.build import build_model
-from dlrm.model.dropout import keep_mask, row_keyed_dropout
+from dlrm.model.dropout import keep_mask, relu_dropout
 from dlrm.model.size import parameter_count, parameter_count_of
 from dlrm.model_tables import model_tables
 from tests.support.contracts import one_hot_contract
@@ -175,20 +175,27 @@ def test_keep_mask_keeps_one_minus_rate_of_the_units_independently():
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
-def test_compiled_dropout_drops_and_scales_exactly_as_the_plain_mask_says(dtype):
-    """The dropout computes its mask in an XLA-compiled function: the same bits as `keep_mask` in plain ops,
-    forward and backward, with a first row past 2^32 (the mask's 64-bit row arithmetic)."""
-    x = tf.cast(tf.random.stateless_normal([300, 96], seed=[1, 2]), dtype)
+def test_compiled_relu_dropout_gives_the_bits_of_plain_relu_then_mask(dtype):
+    """ReLU and dropout run as one XLA-compiled function, forward and backward: the same bits as a plain ReLU
+    times `keep_mask`'s scaled mask in plain ops and autodiff's gradient of that, with a first row past 2^32
+    (the mask's 64-bit row arithmetic)."""
+    z = tf.cast(tf.random.stateless_normal([300, 96], seed=[1, 2]), dtype)
+    d_output = tf.cast(tf.random.stateless_normal([300, 96], seed=[3, 4]), dtype)
     step, first_row = tf.constant(7, tf.int64), tf.constant(2**32 + 5, tf.int64)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        dropped = row_keyed_dropout(x, 0.1, 3, step, first_row, layer=1)
-    gradient = tape.gradient(dropped, x, output_gradients=tf.ones_like(x) * tf.constant(0.5, dtype))
-    mask = tf.cast(keep_mask(300, 96, 0.1, 3, step, first_row, layer=1), dtype)
-    scale = tf.cast(1.0 / 0.9, dtype)
-    assert np.array_equal(dropped.numpy(), (x * mask * scale).numpy())
-    assert np.array_equal(gradient.numpy(), (tf.ones_like(x) * tf.constant(0.5, dtype) * scale * mask).numpy())
-    assert 0.85 < mask.numpy().astype(np.float32).mean() < 0.95
+    mask = tf.cast(keep_mask(300, 96, 0.1, 3, step, first_row, layer=1), dtype) * tf.cast(1.0 / 0.9, dtype)
+    outputs, gradients = [], []
+    for function in (lambda pre: relu_dropout(pre, 0.1, 3, step, first_row, layer=1),
+                     lambda pre: tf.nn.relu(pre) * mask):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            output = function(z)
+        outputs.append(output.numpy())
+        gradients.append(tape.gradient(output, z, output_gradients=d_output).numpy())
+    assert np.array_equal(outputs[0], outputs[1])
+    assert np.array_equal(gradients[0], gradients[1])  # -0.0 equals 0.0 here
+    kept = mask.numpy().astype(np.float32) > 0
+    assert 0.85 < kept.mean() < 0.95 and (outputs[0][~kept] == 0).all()
+    assert (gradients[0][(z.numpy().astype(np.float32) <= 0) | ~kept] == 0).all()
 
 
 def test_amp_computes_the_deep_part_in_16_bits_and_stays_close():

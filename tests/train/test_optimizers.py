@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from dlrm.config import OptimizerConfig
 from dlrm.keras2 import keras
-from dlrm.train.optimizers import LossScaledOptimizer, SparseSGD, build_optimizer, sum_duplicate_rows
+from dlrm.train.optimizers import LossScaledOptimizer, SparseSGD, build_optimizer
 from dlrm.train.schedule import ReferenceSchedule
 
 LR = 0.1
@@ -134,12 +134,6 @@ def test_learning_rate_follows_the_schedule_through_iterations():
     for _ in range(6):
         optimizer.apply([(tf.constant([-1.0]), var)])  # var grows by lr each step
     assert var.numpy()[0] == pytest.approx(sum(schedule.value_at(s) for s in range(6)))
-
-
-def test_sum_duplicate_rows():
-    grad = tf.IndexedSlices(tf.constant([[1.0], [2.0], [4.0]]), tf.constant([5, 2, 5]))
-    rows, summed = sum_duplicate_rows(grad)
-    assert rows.numpy().tolist() == [5, 2] and summed.numpy().ravel().tolist() == [5.0, 2.0]
 
 
 def test_loss_scaling_unscales_skips_non_finite_steps_and_grows():
