@@ -42,9 +42,9 @@ def _halves(value: tf.Tensor):
 
 
 def keep_mask(rows: int, units: int, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
-              layer: int) -> tf.Tensor:
+              layer: int | tf.Tensor) -> tf.Tensor:
     """bool [rows, units]: which units of dataset rows first_row .. first_row + rows - 1 are kept."""
-    key = _mix(_u32(seed) * _u32(_GOLDEN) + _u32(layer))
+    key = _mix(_u32(seed) * _u32(_GOLDEN) + tf.cast(layer, tf.uint32))
     step_low, step_high = _halves(step)
     key = _mix(tf.bitwise.bitwise_xor(key, step_low))
     key = _mix(key + step_high * _u32(0x85EBCA6B))
@@ -57,7 +57,7 @@ def keep_mask(rows: int, units: int, rate: float, seed: int, step: tf.Tensor, fi
 
 
 def _relu_dropout(pre_activation: tf.Tensor, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
-                  layer: int) -> tf.Tensor:
+                  layer: tf.Tensor) -> tf.Tensor:
     """ReLU, then inverted dropout with `keep_mask`'s mask: kept units scaled by 1 / (1 - rate), dropped ones 0."""
     keep = keep_mask(tf.shape(pre_activation)[0], int(pre_activation.shape[1]), rate, seed, step, first_row, layer)
     scale = tf.cast(1.0 / (1.0 - rate), pre_activation.dtype)
@@ -88,7 +88,8 @@ def relu_dropout(pre_activation: tf.Tensor, rate: float, seed: int, step: tf.Ten
     @tf.autograph.experimental.do_not_convert  # autograph would rewrite the returned gradient function
     @tf.custom_gradient
     def apply(z):
-        output = _compiled_relu_dropout(z, rate, seed, step, first_row, layer)
+        # the layer as a tensor: layers of one shape share one compilation
+        output = _compiled_relu_dropout(z, rate, seed, step, first_row, tf.constant(layer, tf.int32))
         return output, lambda d_output: _compiled_relu_dropout_gradient(d_output, output, rate)
 
     return apply(pre_activation)
