@@ -30,5 +30,5 @@ def write_onnx(serve: tf.types.experimental.GenericFunction, layout: ServingLayo
     def positional(*tensors):
         return serve(dict(zip(layout.specs(), tensors)))
 
-    traced = tf.function(positional, input_signature=specs)
+    traced = tf.function(positional, input_signature=specs, autograph=False)
     tf2onnx.convert.from_function(traced, input_signature=specs, opset=ONNX_OPSET, output_path=path)

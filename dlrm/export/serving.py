@@ -16,7 +16,7 @@ def serving_module(model: keras.Model, layout: ServingLayout) -> tf.Module:
     module = tf.Module()
     module.weights = list(model.variables)  # captured by `serve`: tracked so that the SavedModel stores them
 
-    @tf.function(input_signature=[layout.specs()])
+    @tf.function(autograph=False, input_signature=[layout.specs()])  # no tensor-dependent Python control flow
     def serve(inputs):
         numerical, categorical = layout.model_inputs(inputs)
         logits = model(numerical, categorical, training=False)

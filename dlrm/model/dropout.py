@@ -56,18 +56,22 @@ def keep_mask(rows: int, units: int, rate: float, seed: int, step: tf.Tensor, fi
     return tf.bitwise.right_shift(hashed, _u32(8)) >= threshold
 
 
+def _kept_scale(rate: float, dtype: tf.DType) -> tf.Tensor:
+    """Inverted dropout's factor for kept units, so that a unit's expected output is unchanged."""
+    return tf.cast(1.0 / (1.0 - rate), dtype)
+
+
 def _relu_dropout(pre_activation: tf.Tensor, rate: float, seed: int, step: tf.Tensor, first_row: tf.Tensor,
                   layer: tf.Tensor) -> tf.Tensor:
     """ReLU, then inverted dropout with `keep_mask`'s mask: kept units scaled by 1 / (1 - rate), dropped ones 0."""
     keep = keep_mask(tf.shape(pre_activation)[0], int(pre_activation.shape[1]), rate, seed, step, first_row, layer)
-    scale = tf.cast(1.0 / (1.0 - rate), pre_activation.dtype)
+    scale = _kept_scale(rate, pre_activation.dtype)
     return tf.where(keep, tf.nn.relu(pre_activation) * scale, tf.zeros([], pre_activation.dtype))
 
 
 def _relu_dropout_gradient(d_output: tf.Tensor, output: tf.Tensor, rate: float) -> tf.Tensor:
     """The pre-activation's gradient: scaled where the output is > 0 (the unit is active and kept), else 0."""
-    scale = tf.cast(1.0 / (1.0 - rate), d_output.dtype)
-    return tf.where(output > 0, d_output * scale, tf.zeros([], d_output.dtype))
+    return tf.where(output > 0, d_output * _kept_scale(rate, d_output.dtype), tf.zeros([], d_output.dtype))
 
 
 _compiled_relu_dropout = tf.function(_relu_dropout, jit_compile=True, autograph=False)

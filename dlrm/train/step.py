@@ -56,7 +56,8 @@ def _ids_received(embeddings, received: tuple):
 def make_predict_step(model):
     """A `tf.function` (one trace for every batch size, including 0) returning logits."""
 
-    @tf.function(input_signature=model.input_signature)
+    # autograph=False, as in the train step: converting the model's calls costs seconds of tracing per run.
+    @tf.function(autograph=False, input_signature=model.input_signature)
     def predict_step(numerical, categorical):
         return model(numerical, categorical, training=False)
 
