@@ -107,7 +107,7 @@ fi
 # --- Horovod from source against the installed TF (no cache: a wheel built against another TF fails at import).
 if ! "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null; then
   log "building horovod 0.28.1 with TensorFlow + Gloo + MPI (about 5 minutes on 2 cores)"
-  # Horovod builds RelWithDebInfo: its `-g` costs a third of the compile for debug info nobody reads here.
+  # Horovod builds RelWithDebInfo: its `-g` makes the compile 35-43% dearer, for debug info nobody reads here.
   # HOROVOD_CMAKE names the cmake it runs: this one configures the same build without `-g`.
   cmake_dir="$(mktemp -d)"
   cat > "$cmake_dir/cmake" <<'CMAKE'
