@@ -171,12 +171,17 @@ def train(argv: Sequence[str]) -> int:
     """Run the configured mode; with `--saved_model_output_path`, the export follows (the trainer does not
     import `dlrm.export`: the entry point chains the two)."""
     config = parse_config(argv)
-    # Imported late: a bad command line is refused before TensorFlow loads.
-    from dlrm.export.after_training import ExportAfterTraining
-    from dlrm.train.modes import run
+    # Imported late: a bad command line is refused before the trainer loads (and bad data before TensorFlow
+    # does: `dlrm.train.run`); the export, which loads TensorFlow, only when asked for.
+    from dlrm.train.run import run
 
     export_to = config.train.saved_model_output_path
-    run(config, after_training=ExportAfterTraining(export_to) if export_to else None)
+    if export_to:
+        from dlrm.export.after_training import ExportAfterTraining
+
+        run(config, after_training=ExportAfterTraining(export_to))
+    else:
+        run(config)
     return 0
 
 

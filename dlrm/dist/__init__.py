@@ -23,14 +23,16 @@ from dlrm.dist.launcher import (
     LauncherWorld,
     apply_env_defaults,
     choose_backend,
+    cores_per_rank,
     env_defaults,
     launcher_world,
     pin_gpu_to_local_rank,
 )
 
 __all__ = ["BACKENDS", "ENV_DEFAULTS_FILE", "AveragingTape", "Failure", "LauncherWorld", "ProcessGroup",
-           "StartedAlltoall", "apply_env_defaults", "choose_backend", "env_defaults", "is_peer_failure",
-           "launcher_world", "leave_after_error", "pin_gpu_to_local_rank", "single_process", "start"]
+           "StartedAlltoall", "apply_env_defaults", "choose_backend", "cores_per_rank", "env_defaults",
+           "is_peer_failure", "launcher_world", "leave_after_error", "pin_gpu_to_local_rank", "single_process",
+           "start"]
 
 _started: Optional[ProcessGroup] = None  # a backend starts once per process; later calls get the same group
 
@@ -39,16 +41,17 @@ def start(backend: str = "auto") -> ProcessGroup:
     """Start the backend and return the process group of this run (the same group if it started already).
 
     Checks that the backend agrees with the launcher about the world size: a launcher/MPI mismatch makes
-    every process rank 0 of a world of one, which would silently train N copies of the model.
+    every process rank 0 of a world of one, which would silently train N copies of the model. The MPI
+    backend and a world of one start without TensorFlow (`ProcessGroup.needs_tensorflow`); GPUs are pinned
+    by whoever configures TensorFlow (`pin_gpu_to_local_rank`), before its first op.
     """
     global _started
-    if _started is not None:  # GPU pinning and the backend's init must not run twice in one process
+    if _started is not None:  # the backend's init must not run twice in one process
         if backend not in ("auto", _started.backend):
             raise RuntimeError(f"the {_started.backend} backend started already; cannot start {backend}")
         return _started
     chosen = choose_backend(backend)
     announced = launcher_world()
-    pin_gpu_to_local_rank(announced.local_rank)
     if chosen == "horovod":
         from dlrm.dist.horovod import start_horovod
 

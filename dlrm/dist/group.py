@@ -62,6 +62,10 @@ class ProcessGroup:
     # Whether `start_alltoall` posts the messages and returns at once (the MPI backend); Horovod's TensorFlow
     # all-to-all has no start/finish split.
     starts_alltoall_early = False
+    # Whether the backend's collectives on Python values (`barrier`, `allgather_object`, `broadcast_object`)
+    # are TensorFlow ops (Horovod's): then TensorFlow is configured before the first of them. The MPI
+    # backend's are numpy, so a run's start-up checks need no TensorFlow there.
+    needs_tensorflow = False
 
     def __init__(self, rank: int, size: int, local_rank: int, local_size: int, launcher: LauncherWorld):
         self.rank = rank
@@ -206,6 +210,17 @@ class ProcessGroup:
         """The rank mean of a 1-D tensor, whose bits do not depend on timing (same on every rank)."""
         raise NotImplementedError
 
+    def _allgather_bytes(self, data: bytes, name: str) -> List[bytes]:
+        """Every rank's `data` in rank order: the lengths, then the bytes, through the tensor allgather."""
+        import numpy as np
+        import tensorflow as tf
+
+        array = np.frombuffer(data, dtype=np.uint8)
+        sizes = self.allgather(tf.constant([array.size], tf.int64), name=f"{name}.sizes").numpy()
+        gathered = self.allgather(tf.constant(array), name=f"{name}.bytes").numpy().tobytes()
+        ends = np.cumsum(sizes)
+        return [gathered[end - size:end] for size, end in zip(sizes, ends)]
+
     # -- built on the primitives ---------------------------------------------------------------------
     def allgather_object(self, obj, name: str = "dlrm_allgather_object") -> list:
         """Every rank's `obj` (JSON-serialisable, small) in rank order, on every rank.
@@ -215,14 +230,8 @@ class ProcessGroup:
         """
         if self.size == 1:
             return [json.loads(json.dumps(obj))]
-        import numpy as np
-        import tensorflow as tf
-
-        data = np.frombuffer(json.dumps(obj).encode("utf-8"), dtype=np.uint8)
-        sizes = self.allgather(tf.constant([data.size], tf.int64), name=f"{name}.sizes").numpy()
-        gathered = self.allgather(tf.constant(data), name=f"{name}.bytes").numpy().tobytes()
-        ends = np.cumsum(sizes)
-        return [json.loads(gathered[end - size:end].decode("utf-8")) for size, end in zip(sizes, ends)]
+        return [json.loads(data.decode("utf-8"))
+                for data in self._allgather_bytes(json.dumps(obj).encode("utf-8"), name)]
 
     def agree(self, problem: Optional[str], name: str = "dlrm_agree") -> List[Failure]:
         """Every rank passes its own problem (or None) and gets every failing rank's, lowest rank first.

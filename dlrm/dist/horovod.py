@@ -34,6 +34,7 @@ def start_horovod(announced: LauncherWorld) -> "HorovodGroup":
 
 class HorovodGroup(ProcessGroup):
     backend = "horovod"
+    needs_tensorflow = True
 
     def __init__(self, hvd: Any, rank: int, size: int, local_rank: int, local_size: int, launcher: LauncherWorld):
         super().__init__(rank, size, local_rank, local_size, launcher)

@@ -83,6 +83,11 @@ def apply_env_defaults(env=None) -> None:
         env.setdefault(name, value)
 
 
+def cores_per_rank() -> int:
+    """This machine's cores divided among the ranks the launcher started on it."""
+    return max(1, (os.cpu_count() or 1) // max(1, launcher_world().local_size))
+
+
 def pin_gpu_to_local_rank(local_rank: int) -> None:
     """One GPU per rank (by local rank), before TensorFlow touches a device. No-op on CPU."""
     import tensorflow as tf

@@ -309,6 +309,11 @@ class MpiGroup(ProcessGroup):
         return np.concatenate([x if r == self.rank else _rows(got[r], x.dtype, x.shape[1:])
                                for r in range(self.size)])
 
+    def _allgather_bytes(self, data: bytes, name: str) -> List[bytes]:
+        array = np.frombuffer(data, np.uint8)
+        got = self._exchange({peer: array for peer in self._peers}, self._peers, name, "allgather")
+        return [data if r == self.rank else got[r].tobytes() for r in range(self.size)]
+
     def _np_reduce(self, x: np.ndarray, op: str, name: str) -> np.ndarray:
         """Elementwise sum, max or mean over ranks, summed in rank order by the chunk's owner (same bits on
         every rank and in every run); `x` keeps its shape and dtype."""

@@ -6,7 +6,6 @@ slice of each batch (`make_reader`).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -60,20 +59,17 @@ def embedding_slot_count(config: Config) -> int:
     return max(slots_for_optimizer(name) for name in optimizer_names(config))
 
 
-def cores_per_rank() -> int:
-    """This machine's cores divided among the ranks running on it."""
-    return max(1, (os.cpu_count() or 1) // max(1, dist.launcher_world().local_size))
-
-
 def configure_tensorflow(train_cfg: TrainConfig) -> None:
-    """Seeds, deterministic kernels and explicit thread counts: a rerun computes the same bits."""
-    intra = train_cfg.intra_op_threads or cores_per_rank()
+    """Seeds, deterministic kernels and explicit thread counts: a rerun computes the same bits. Also one GPU
+    per rank. Call it before TensorFlow's first op (thread pools and devices are fixed by then)."""
+    intra = train_cfg.intra_op_threads or dist.cores_per_rank()
     try:
+        dist.pin_gpu_to_local_rank(dist.launcher_world().local_rank)
         tf.config.threading.set_intra_op_parallelism_threads(intra)
         tf.config.threading.set_inter_op_parallelism_threads(train_cfg.inter_op_threads)
     except RuntimeError:
         # TensorFlow already started in this process (several runs in one test process): keep its
-        # thread pools; they were set by the first run.
+        # devices and thread pools; they were set by the first run.
         pass
     tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(train_cfg.seed)
@@ -104,18 +100,19 @@ def build_embeddings(config: Config, contract: FeatureContract, group: dist.Proc
     return DistributedEmbedding(tables, plan, seed=config.model.seed, group=group), plan
 
 
-def build_training_optimizer(config: Config, model: Model, all_ranks_true=None) -> Optimizer:
+def build_training_optimizer(config: Config, model: Model, all_ranks_true=None,
+                             max_ids_per_step: Optional[int] = None) -> Optimizer:
     """The run's optimizer with its schedule(s), slots not yet built."""
     if not isinstance(model, WideDeepModel):
         return build_optimizer(config.optimizer, ReferenceSchedule(config.optimizer), amp=config.train.amp,
-                               all_ranks_true=all_ranks_true)
+                               all_ranks_true=all_ranks_true, max_ids_per_step=max_ids_per_step)
     cfg = config.optimizer
     deep = WideDeepSchedule(cfg.deep_learning_rate, cfg.deep_warmup_epochs, config.train.epochs)
     wide = ConstantSchedule(cfg.linear_learning_rate)
     wide_vars = {v.ref() for v in model.wide_variables}
     parts = [name for name, kept in (("deep", has_deep(config.model)), ("wide", has_wide(config.model))) if kept]
     return build_widedeep_optimizer(cfg, deep, wide, lambda var: var.ref() in wide_vars, amp=config.train.amp,
-                                    all_ranks_true=all_ranks_true, parts=parts)
+                                    all_ranks_true=all_ranks_true, parts=parts, max_ids_per_step=max_ids_per_step)
 
 
 @dataclass
@@ -199,7 +196,9 @@ def parts_for_spec(config: Config, spec: FeatureSpec, group: dist.ProcessGroup, 
     group.broadcast_variables(model.dense_variables, root_rank=0)  # replicas start equal
     optimizer = None
     if with_optimizer:
-        optimizer = build_training_optimizer(config, model, all_ranks_true=group.all_ranks_true)
+        # No step looks up more ids than the global batch's rows times the tables' total hotness.
+        optimizer = build_training_optimizer(config, model, all_ranks_true=group.all_ranks_true,
+                                             max_ids_per_step=config.data.global_batch_size * embeddings.total_hotness)
         optimizer.build(model.trainable_variables)  # eagerly: slots exist before tracing / restoring
     return Parts(config, group, spec, contract, embeddings, model, optimizer, plan)
 

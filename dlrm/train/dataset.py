@@ -12,7 +12,6 @@ from dlrm.data.format.writer import dataset_dir
 from dlrm.data.reader.validate import check_mappings
 from dlrm.data.synthetic.criteo import preset_cardinalities, preset_hotness
 from dlrm.data.synthetic.presets import is_widedeep_preset
-from dlrm.train.build import cores_per_rank
 from dlrm.train.metrics_log import MetricsLog
 
 
@@ -67,7 +66,7 @@ def check_data(config: Config, dataset_dir: str, group: dist.ProcessGroup, log: 
     started = time.perf_counter()
     summary = check_mappings(FeatureSpec.load(dataset_dir), read, scored, rank=group.rank, world_size=group.size,
                              gather=functools.partial(group.allgather_object, name="data_check"),
-                             values=not data.skip_data_validation, threads=cores_per_rank())
+                             values=not data.skip_data_validation, threads=dist.cores_per_rank())
     rows = sum(found["rows"] for found in summary.values())
     done = "skipped the value check of" if data.skip_data_validation else "checked every value of"
     hint = "" if data.skip_data_validation else " (--skip_data_validation skips it)"

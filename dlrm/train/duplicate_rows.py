@@ -8,11 +8,12 @@ So on CPU a gradient of COMPILE_FROM_VALUES values or more is summed by one comp
 XLA compiles once per input shape, and both the number of ids (a multi-hot bag drops its padding) and the
 number of distinct ids change from batch to batch. So the rows are padded to a multiple of ROUNDING, with
 ids one past the end, which XLA's scatter skips; the sum is written into as many rows as the padded input
-has (a bound on the distinct ids) and the first ones are kept: one compilation per rounded row count.
+has (a bound on the distinct ids) and the first ones are kept: one compilation per rounded row count. Where
+no step's gradient can reach COMPILE_FROM_VALUES (`max_rows`), the compiled sum is not even traced.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import tensorflow as tf
 
@@ -28,16 +29,19 @@ def _sum_into_rows(values: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
 _compiled_sum_into_rows = tf.function(_sum_into_rows, jit_compile=True, autograph=False)
 
 
-def sum_duplicate_rows(grad: tf.IndexedSlices, compiled: bool = True,
-                       compile_from_values: int = COMPILE_FROM_VALUES) -> Tuple[tf.Tensor, tf.Tensor]:
+def sum_duplicate_rows(grad: tf.IndexedSlices, compiled: bool = True, compile_from_values: int = COMPILE_FROM_VALUES,
+                       max_rows: Optional[int] = None) -> Tuple[tf.Tensor, tf.Tensor]:
     """(unique row ids, summed gradient rows) of an IndexedSlices gradient, in first-seen order.
 
     `compiled`: whether large gradients may take the compiled sum (False for a table on a GPU, whose XLA
-    scatter adds repeated rows atomically, in no fixed order)."""
+    scatter adds repeated rows atomically, in no fixed order); `max_rows`: the most gradient rows a step can
+    have (None: no bound)."""
     rows, positions = tf.unique(grad.indices)
     unique = tf.shape(rows)[0]
     values = grad.values
-    if not compiled or values.shape.rank != 2 or values.shape[1] is None:
+    width = values.shape[1] if values.shape.rank == 2 else None
+    reachable = width is not None and (max_rows is None or max_rows * width >= compile_from_values)
+    if not compiled or not reachable:
         return rows, tf.math.unsorted_segment_sum(values, positions, unique)
     count = tf.shape(positions)[0]
 
@@ -50,4 +54,4 @@ def sum_duplicate_rows(grad: tf.IndexedSlices, compiled: bool = True,
     def kernel_sum() -> tf.Tensor:
         return tf.math.unsorted_segment_sum(values, positions, unique)
 
-    return rows, tf.cond(count * values.shape[1] >= compile_from_values, compiled_sum, kernel_sum)
+    return rows, tf.cond(count * width >= compile_from_values, compiled_sum, kernel_sum)

@@ -107,18 +107,19 @@ class MetricsLog:
         self.stream = stream or sys.stdout
         self._bar: Any = None  # a tqdm bar on a watched terminal
         self._file: Optional[TextIO] = None
-        self._writer: Any = None  # a TensorBoard summary writer
+        self._writer: Any = None  # a TensorBoard summary writer, made at the first record (`_summary_writer`)
+        self._tensorboard = tensorboard
         if not enabled:
             return
         self.metrics_path = os.path.join(run_dir, METRICS_FILE)
         self._lock = DirLock(run_dir, LOCK_FILE, "run directory", "--run_dir")
         try:
-            self._open(owner, continuing, tensorboard, use_tqdm)
+            self._open(owner, continuing, use_tqdm)
         except BaseException:
             self.close(plot=False)  # the lock and any file opened so far
             raise
 
-    def _open(self, owner: Optional[str], continuing: bool, tensorboard: bool, use_tqdm: Optional[bool]) -> None:
+    def _open(self, owner: Optional[str], continuing: bool, use_tqdm: Optional[bool]) -> None:
         run_dir, moved = self.run_dir, None
         try:
             os.makedirs(run_dir, exist_ok=True)
@@ -134,10 +135,6 @@ class MetricsLog:
         except OSError as error:
             raise PathError(f"cannot write the run directory {run_dir} (--run_dir): {describe_os_error(error)}") \
                 from None
-        if tensorboard:
-            import tensorflow as tf
-
-            self._writer = tf.summary.create_file_writer(os.path.join(run_dir, TENSORBOARD_DIR))
         if use_tqdm is None:
             use_tqdm = watched_terminal(self.stream)
         self.use_tqdm = use_tqdm
@@ -162,13 +159,23 @@ class MetricsLog:
         record.update({k: _json_value(v) for k, v in values.items()})
         if self._file is not None:  # always open when enabled
             self._file.write(json.dumps(record) + "\n")
-        if self._writer is not None:
+        writer = self._summary_writer()
+        if writer is not None:
             import tensorflow as tf
 
-            with self._writer.as_default(step=int(step)):
+            with writer.as_default(step=int(step)):
                 for name, value in values.items():
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
                         tf.summary.scalar(f"{kind}/{name}", float(value))
+
+    def _summary_writer(self) -> Any:
+        """The TensorBoard writer (None without TensorBoard), made at the first record rather than at the
+        start: a run refused before its first record never loads TensorFlow for its log."""
+        if self._writer is None and self._tensorboard:
+            import tensorflow as tf
+
+            self._writer = tf.summary.create_file_writer(os.path.join(self.run_dir, TENSORBOARD_DIR))
+        return self._writer
 
     def train(self, step: int, loss: float, lr: float, samples_per_sec: float, epoch: float,
               **group_rates: float) -> None:

@@ -1,38 +1,31 @@
-"""`run(config)`: start the process group, find (or generate) the dataset, build the parts, run the mode.
-
-The same code runs with one process and with N ranks: the process group started here is passed to
-everything rank-dependent (the embedding layer, the reader's slice of each batch, checkpoints, the
-per-step agreement, the metrics log's rank-0 check).
-"""
+"""The modes of a run on its checked dataset (`dlrm.train.run`): build the parts, then train, evaluate a
+checkpoint, or time forward passes (`--mode inference_benchmark`)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-from typing import Generator, Optional, Protocol, cast
+from typing import Generator, Optional, cast
 
 import numpy as np
 import tensorflow as tf
 
 from dlrm import dist
-from dlrm.checkpoint_layout import find_checkpoint, restore_source
-from dlrm.config import Config, TrainConfig
+from dlrm.checkpoint_layout import restore_source
+from dlrm.config import Config
 from dlrm.cpu_info import cpu_flags, native_bf16
 from dlrm.data.format.errors import MappingTooSmall
-from dlrm.errors import PathError
 from dlrm.model import precision
 from dlrm.model.size import parameter_count
 from dlrm.train import checkpoint, stopping
+from dlrm.train.after_training import AfterTraining
 from dlrm.train.benchmark import train_benchmark
-from dlrm.train.build import Parts, build_parts, configure_tensorflow, make_reader
+from dlrm.train.build import Parts, build_parts, make_reader
 from dlrm.train.checkpoint.restore import restore
 from dlrm.train.checkpoint.saving import checkpoint_dir_lock
-from dlrm.train.dataset import check_data, prepare_dataset
 from dlrm.train.eval_result import BayesOptimal, final_text
 from dlrm.train.evaluation import evaluate
 from dlrm.train.loop import train
 from dlrm.train.metrics_log import MetricsLog
-from dlrm.train.predictions import PredictionsPathError, path_problem
 from dlrm.train.result import RunResult
 from dlrm.train.step import make_predict_step
 
@@ -51,17 +44,6 @@ def evaluate_checkpoint(parts: Parts, log: MetricsLog, bayes: BayesOptimal) -> R
     log.eval(step, metrics, bayes)
     return RunResult(mode="eval", step=step, metrics=metrics, bayes=bayes, checkpoint=source,
                      seconds=time.perf_counter() - started)
-
-
-class AfterTraining(Protocol):
-    """A step the entry point chains after training (main.py: the export for serving, `dlrm.export`, which
-    sits above the trainer and so is handed in, not imported). It runs inside `run` rather than after it:
-    `check` on every rank before step 1, so that a target it would refuse costs no training, and `finish` on
-    rank 0 with the final checkpoint while the run's log is open, its errors reported like the run's."""
-
-    def check(self) -> None: ...
-
-    def finish(self, checkpoint_dir: str, dataset_dir: Optional[str], log: MetricsLog) -> None: ...
 
 
 def _benchmark_batches(parts: Parts, needed: int) -> list:
@@ -148,68 +130,15 @@ def log_features(parts: Parts, dataset_dir: str, log: MetricsLog) -> None:
                   **({"native_bf16": native_bf16(flags)} if dtype == tf.bfloat16 else {}))
 
 
-def check_predictions_path(path: Optional[str], group: dist.ProcessGroup) -> None:
-    """Refuse a --predictions_path rank 0 cannot write before anything else runs, on every rank alike."""
-    if not path:
-        return
-    group.raise_if_any_failed(path_problem(path) if group.rank == 0 else None, PredictionsPathError,
-                       name="predictions_path_agree")
-
-
-def records_of(train_cfg: TrainConfig) -> dict:
-    """Whose records a run writes (`MetricsLog`'s owner and continuing): a training run's are its checkpoint
-    root's, continued when it resumes from its own checkpoint; the training benchmark's are its own (no
-    checkpoint); evaluations add to the records there."""
-    if train_cfg.mode != "train":
-        return {}
-    root = train_cfg.save_checkpoint_path
-    if train_cfg.benchmark or not root:
-        return {"owner": ""}
-    return {"owner": os.path.realpath(root), "continuing": find_checkpoint(root) is not None}
-
-
-class RunDirError(PathError):
-    """Rank 0 cannot take the run directory (another run holds it, or it cannot be written); every rank stops."""
-
-    on_every_rank = True
-
-
-def open_log(config: Config, group: dist.ProcessGroup) -> MetricsLog:
-    """The run's metrics log, written by rank 0 (`records_of`); a run directory rank 0 cannot take stops every
-    rank with its message, none left waiting in a collective."""
-    log, problem = None, None
-    try:
-        log = MetricsLog(config.train.run_dir, enabled=group.rank == 0, **records_of(config.train))
-    except PathError as error:
-        problem = str(error)
-    try:
-        group.raise_if_any_failed(problem, RunDirError, name="run_dir_agree")
-    except RunDirError:
-        if log is not None:
-            log.close(plot=False)
-        raise
-    assert log is not None
-    return log
-
-
-def run(config: Config, after_training: Optional[AfterTraining] = None) -> RunResult:
-    """Set up, then run `config.train.mode` (then `after_training`, in train mode). Raises a UserError
-    (NonFiniteLossError, CheckpointError, DataError, Interrupted, PeerRankFailed, ...) on failure."""
-    configure_tensorflow(config.train)
-    group = dist.start(config.train.backend)
-    log = open_log(config, group)
-    try:
-        check_predictions_path(config.train.predictions_path, group)
-        dataset_dir = prepare_dataset(config.data, group, log)
-        check_data(config, dataset_dir, group, log)
-        reads_a_checkpoint = config.train.mode != "train" and restore_source(config.train) is not None
-        parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train",
-                            restored=reads_a_checkpoint)
-        bayes = BayesOptimal.of(parts.spec.metadata) if not config.data.dataset_dir else BayesOptimal()
-        log_features(parts, dataset_dir, log)
-        result = _run_mode(parts, log, bayes, after_training)
-        if result.metrics is not None:
-            log.message(final_text(result.metrics, bayes, result.step))
-        return result
-    finally:
-        log.close(plot=config.train.mode == "train")
+def run_mode(config: Config, group: dist.ProcessGroup, log: MetricsLog, dataset_dir: str,
+             after_training: Optional[AfterTraining] = None) -> RunResult:
+    """Build the run's parts on a checked dataset (`dlrm.train.run`), then run `config.train.mode`."""
+    reads_a_checkpoint = config.train.mode != "train" and restore_source(config.train) is not None
+    parts = build_parts(config, dataset_dir, group, with_optimizer=config.train.mode == "train",
+                        restored=reads_a_checkpoint)
+    bayes = BayesOptimal.of(parts.spec.metadata) if not config.data.dataset_dir else BayesOptimal()
+    log_features(parts, dataset_dir, log)
+    result = _run_mode(parts, log, bayes, after_training)
+    if result.metrics is not None:
+        log.message(final_text(result.metrics, bayes, result.step))
+    return result

@@ -26,7 +26,7 @@ part, RMSProp or Adagrad for the deep part) behind the same interface as one opt
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -64,12 +64,16 @@ class SparseOptimizer:
     slot_initial_value: float = 0.0
     sums_duplicate_rows = True  # False: _apply_sparse gets the gradient's rows as they are
 
-    def __init__(self, schedule, name: str, subtract_rows: Optional[RowSubtraction] = None):
+    def __init__(self, schedule, name: str, subtract_rows: Optional[RowSubtraction] = None,
+                 max_ids_per_step: Optional[int] = None):
+        """`max_ids_per_step`: the most embedding ids one step looks up (the run's global batch x the tables'
+        total hotness; None: no bound): the compiled paths a step of that size cannot reach are not traced."""
         self.name = name
         self.schedule = schedule
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name=f"{name}/iterations")
         self._slots: Dict[object, Dict[str, tf.Variable]] = {}
-        self.subtract_rows = subtract_rows or RowSubtraction()
+        self.max_ids_per_step = max_ids_per_step
+        self.subtract_rows = subtract_rows or RowSubtraction(max_rows=max_ids_per_step)
 
     # -- state -------------------------------------------------------------------------------
     def build(self, variables: Iterable[tf.Variable]) -> None:
@@ -126,8 +130,8 @@ class SparseOptimizer:
             slots = self._slots[var.ref()]
             if isinstance(grad, tf.IndexedSlices):
                 with tf.name_scope("embedding_update"):  # op names that step profiles group by
-                    rows, values = (sum_duplicate_rows(grad, compiled=on_cpu(var)) if self.sums_duplicate_rows
-                                    else (grad.indices, grad.values))
+                    rows, values = (sum_duplicate_rows(grad, compiled=on_cpu(var), max_rows=self.max_ids_per_step)
+                                    if self.sums_duplicate_rows else (grad.indices, grad.values))
                     sparse.append(SparseUpdate(var, slots, rows, tf.cast(values, var.dtype)))
             else:
                 with tf.name_scope("dense_update"):
@@ -218,8 +222,9 @@ class SparseRMSprop(SparseOptimizer):
     slot_names = SLOT_NAMES["rmsprop"]
     epsilon = 1e-7
 
-    def __init__(self, schedule, name: str, rho: float = 0.9, subtract_rows: Optional[RowSubtraction] = None):
-        super().__init__(schedule, name, subtract_rows)
+    def __init__(self, schedule, name: str, rho: float = 0.9, subtract_rows: Optional[RowSubtraction] = None,
+                 max_ids_per_step: Optional[int] = None):
+        super().__init__(schedule, name, subtract_rows, max_ids_per_step)
         self.rho = float(rho)
 
     def _apply_dense(self, var, slots, grad, lr, step):
@@ -241,8 +246,8 @@ class SparseFtrl(SparseOptimizer):
 
     slot_names = SLOT_NAMES["ftrl"]
 
-    def __init__(self, schedule, name: str, initial_accumulator: float = 0.1):
-        super().__init__(schedule, name)
+    def __init__(self, schedule, name: str, initial_accumulator: float = 0.1, max_ids_per_step: Optional[int] = None):
+        super().__init__(schedule, name, max_ids_per_step=max_ids_per_step)
         if initial_accumulator <= 0:
             raise ValueError(f"FTRL's initial accumulator must be > 0, got {initial_accumulator}")
         self.initial_accumulator = float(initial_accumulator)
@@ -402,32 +407,38 @@ WIDEDEEP_RMSPROP_RHO = 0.5
 
 
 def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks_true: Optional[Callable] = None,
-                    subtract_rows: Optional[RowSubtraction] = None):
+                    subtract_rows: Optional[RowSubtraction] = None, max_ids_per_step: Optional[int] = None):
     """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP.
 
     `all_ranks_true` (e.g. `ProcessGroup.all_ranks_true`) makes loss scaling's skip decision global.
     `subtract_rows`: how the tables' rows are subtracted (default: `RowSubtraction()`, this TensorFlow's choice);
-    FTRL writes its rows and takes none.
+    FTRL writes its rows and takes none. `max_ids_per_step`: see `SparseOptimizer`.
     """
     cls = named_choice(OPTIMIZERS, cfg.optimizer, "optimizer")
-    options = {} if subtract_rows is None else {"subtract_rows": subtract_rows}
+    options: Dict[str, Any] = {"max_ids_per_step": max_ids_per_step}
+    if subtract_rows is not None:
+        options["subtract_rows"] = subtract_rows
     optimizer = cls(schedule, name=cfg.optimizer, **options)
     return LossScaledOptimizer(optimizer, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else optimizer
 
 
 def build_widedeep_optimizer(cfg: OptimizerConfig, deep_schedule: Schedule, wide_schedule: Schedule,
                              is_wide: Callable[[tf.Variable], bool], amp: bool = False,
-                             all_ranks_true: Optional[Callable] = None, parts: Sequence[str] = ("deep", "wide")):
+                             all_ranks_true: Optional[Callable] = None, parts: Sequence[str] = ("deep", "wide"),
+                             max_ids_per_step: Optional[int] = None):
     """Wide & Deep's two groups: FTRL for the variables `is_wide` picks, and `cfg.deep_optimizer` (RMSprop
     with rho 0.5, or Adagrad) for the others, each driven by its own schedule. `parts`: the model's parts
-    (`--model_type`); only their rates are reported (`lr` is the first part's)."""
+    (`--model_type`); only their rates are reported (`lr` is the first part's). `max_ids_per_step`: see
+    `SparseOptimizer`."""
     if cfg.deep_optimizer == "rmsprop":
-        deep: SparseOptimizer = SparseRMSprop(deep_schedule, name="deep", rho=WIDEDEEP_RMSPROP_RHO)
+        deep: SparseOptimizer = SparseRMSprop(deep_schedule, name="deep", rho=WIDEDEEP_RMSPROP_RHO,
+                                              max_ids_per_step=max_ids_per_step)
     elif cfg.deep_optimizer == "adagrad":
-        deep = SparseAdagrad(deep_schedule, name="deep")
+        deep = SparseAdagrad(deep_schedule, name="deep", max_ids_per_step=max_ids_per_step)
     else:
         raise ValueError(f"unknown deep optimizer {cfg.deep_optimizer!r}; choose rmsprop or adagrad")
-    wide = SparseFtrl(wide_schedule, name="wide", initial_accumulator=cfg.linear_initial_accumulator)
+    wide = SparseFtrl(wide_schedule, name="wide", initial_accumulator=cfg.linear_initial_accumulator,
+                      max_ids_per_step=max_ids_per_step)
     group = OptimizerGroup({"deep": deep, "wide": wide}, lambda var: "wide" if is_wide(var) else "deep",
                            GroupSchedule({"deep": deep_schedule, "wide": wide_schedule}, reported=parts))
     return LossScaledOptimizer(group, all_ranks_true=all_ranks_true) if needs_loss_scaling(amp) else group

@@ -12,11 +12,13 @@ row slice changes from batch to batch. So each table's rows are padded to a capa
 row ids one past the table's end, which XLA's scatter skips: after the first steps every step reuses one
 compilation. A capacity starts at the first row count (rounded up to ROUNDING) and, when a batch has more
 rows, grows to GROWTH times that count, so it grows rarely. Steps with fewer than COMPILE_FROM_ROWS rows in
-all keep the kernel: there a compilation costs more than it saves (small models, tests).
+all keep the kernel: there a compilation costs more than it saves (small models, tests). Where no step can
+have that many rows (`max_rows`: the run's batch x the tables' total hotness), the compiled path is not
+even traced.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
@@ -47,12 +49,14 @@ def _round_up(count: tf.Tensor) -> tf.Tensor:
 class RowSubtraction:
     """variables[t][rows[t][i]] -= updates[t][i] for every table t and every i in order (rows may repeat).
 
-    `compiled`: the XLA path for steps of COMPILE_FROM_ROWS rows or more (default: where the kernel is slow).
+    `compiled`: the XLA path for steps of COMPILE_FROM_ROWS rows or more (default: where the kernel is slow);
+    `max_rows`: the most rows one step can have (None: no bound), below the threshold the kernel's alone.
     Call `build` eagerly with every variable that may get rows, before tracing (it creates the capacities).
     """
 
-    def __init__(self, compiled: bool = SLOW_SCATTER_KERNEL, compile_from_rows: int = COMPILE_FROM_ROWS):
-        self.compiled = compiled
+    def __init__(self, compiled: bool = SLOW_SCATTER_KERNEL, compile_from_rows: int = COMPILE_FROM_ROWS,
+                 max_rows: Optional[int] = None):
+        self.compiled = compiled and (max_rows is None or max_rows >= compile_from_rows)
         self.compile_from_rows = compile_from_rows
         self._capacity: Dict[object, tf.Variable] = {}
 

@@ -7,6 +7,8 @@ for the shared check, `python -m tests.workers.data_check`) and look at what the
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from dlrm.data.reader import decode
 from dlrm.data.reader.mapped_files import MappedFiles
 from dlrm.data.reader.reader import BatchReader
 from dlrm.data.reader.validate import check_mappings
+from tests.support import ROOT
 from tests.support.datasets import CARDS, make_dataset, poke
 
 TRAIN_ROWS, TEST_ROWS = 2048, 1024
@@ -156,6 +159,19 @@ def test_a_bad_test_row_stops_the_run_before_step_1(tmp_path, dataset):
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
     assert f"file {path}, feature 'cat_16', row 700: id {CARDS[16]} is outside [0, {CARDS[16]})" in run.stderr
     assert train_records(tmp_path) == [] and not list(ckpt.glob("step_*"))
+
+
+def test_a_run_refused_for_its_data_ends_before_tensorflow_loads(tmp_path, dataset):
+    """The start-up checks run before TensorFlow is imported (on the MPI backend, and with one process): a run
+    refused for its data costs about a second, not TensorFlow's start-up."""
+    poke(dataset / "train" / "label.bin", np.uint8, 3, 7)
+    code = ("import sys; from dlrm.cli import main; status = main(sys.argv[1:]); "
+            "print('exit', status, 'tensorflow' in sys.modules)")
+    flags = ["--dataset_path", str(dataset), "--run_dir", str(tmp_path / "run"), "--backend", "mpi", *MODEL]
+    run = subprocess.run([sys.executable, "-c", code, *flags], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")})
+    assert "feature 'label', row 3: label byte 7 is not 0 or 1" in run.stderr, run.stderr[-2000:]
+    assert run.stdout.split()[-3:] == ["exit", "1", "False"], run.stdout[-2000:]
 
 
 def test_a_bad_train_row_beyond_the_steps_is_refused_unless_skipped(tmp_path, dataset):

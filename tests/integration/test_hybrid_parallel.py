@@ -4,7 +4,7 @@ One tiny DLRM whose 26 tables, one-hot and multi-hot, are planned into all four 
 N = 3 (multi-hot bags in each: cat_0 row-sliced with the mean combiner, cat_1 column-sliced, cat_2
 replicated, cat_4 table-wise with the mean; the one-hot tables of <= 6 rows replicated, the rest whole) is
 trained with
-the trainer's real code path (`dlrm.train.modes.run`: reader with per-rank slices, the real
+the trainer's real code path (`dlrm.train.run.run`: reader with per-rank slices, the real
 `tf.function` step, optimizer, checkpoint writer) for one epoch of 23 rows at global batch 7 — batches
 of 7, 7, 7 and a last one of 2 rows, so the per-rank batches are uneven and at N = 3 one rank gets no
 rows at all. Per optimizer (SGD and sparse Adagrad) the per-step losses and the final weights (dense,

@@ -74,7 +74,7 @@ def test_a_stopped_rank_is_named_and_the_job_ends_within_the_deadline():
     gone = _all_gone(pids)
     assert not run.timed_out and run.returncode != 0, run.stderr[-3000:]
     lines = [text for _, text in rank_lines(run.stdout + run.stderr) if text.startswith("error:")]
-    assert lines and set(lines) <= {f"error: rank {r}: no data from rank 1 in 'after_stop.sizes' within 5 s (rank dead "
+    assert lines and set(lines) <= {f"error: rank {r}: no data from rank 1 in 'after_stop' within 5 s (rank dead "
                                     f"or stalled); ending the job" for r in (0, 2)}, lines
     assert len(pids) == 3 and gone
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from dlrm.cli import parse_config
-from dlrm.train.modes import run
+from dlrm.train.run import run
 
 TARGET = 0.97
 

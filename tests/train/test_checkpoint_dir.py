@@ -239,7 +239,7 @@ def test_a_kill_while_a_checkpoint_is_deleted_leaves_no_partial_checkpoint(tmp_p
 
 def _train(tmp_path, save_path, *flags):
     from dlrm.cli import parse_config
-    from dlrm.train.modes import run
+    from dlrm.train.run import run
     from tests.support.runs import SMALL
 
     config = parse_config(["--synthetic_dir", str(tmp_path / "data"), "--run_dir", str(tmp_path / "run"),

@@ -35,3 +35,18 @@ def test_sum_duplicate_rows_eagerly():
     for compile_from_values in (1, 10**9):
         rows, summed = sum_duplicate_rows(grad, compile_from_values=compile_from_values)
         assert rows.numpy().tolist() == [5, 2] and summed.numpy().ravel().tolist() == [5.0, 2.0]
+
+
+def _traced_op_types(**bound) -> set:
+    def summed(values, indices):
+        return sum_duplicate_rows(tf.IndexedSlices(values, indices), compiled=True, compile_from_values=64, **bound)
+
+    signature = (tf.TensorSpec([None, 8], tf.float32), tf.TensorSpec([None], tf.int32))
+    return {op.type for op in tf.function(summed).get_concrete_function(*signature).graph.get_operations()}
+
+
+def test_the_compiled_sum_is_traced_only_where_a_step_can_reach_it():
+    """8 rows of width 8 reach the 64 values of the threshold, 7 cannot: then only the kernel's sum is traced."""
+    branches = {"If", "StatelessIf"}
+    assert branches & _traced_op_types() and branches & _traced_op_types(max_rows=8)
+    assert not branches & _traced_op_types(max_rows=7)

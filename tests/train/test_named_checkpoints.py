@@ -8,7 +8,7 @@ import pytest
 
 from dlrm.cli import parse_config
 from dlrm.train import checkpoint
-from dlrm.train.modes import run
+from dlrm.train.run import run
 from tests.support.runs import SMALL, assert_same_final_weights
 
 STEPS = 4

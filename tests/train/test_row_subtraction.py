@@ -63,6 +63,16 @@ def test_steps_below_the_threshold_keep_the_kernel():
     assert [subtract.capacity(table) for table in tables] == [0, 0, 0]
 
 
+@pytest.mark.parametrize("max_rows,compiled", [(None, True), (100, True), (99, False)])
+def test_a_step_bound_below_the_threshold_traces_the_kernel_alone(max_rows, compiled):
+    tables = _tables()
+    subtract = RowSubtraction(compiled=True, compile_from_rows=100, max_rows=max_rows)
+    subtract.build(tables)
+    graph = _traced(subtract, tables).get_concrete_function().graph
+    assert subtract.compiled is compiled
+    assert any(op.type in ("If", "StatelessIf") for op in graph.get_operations()) is compiled
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 def test_sgd_subtracts_repeated_rows_in_turn_on_either_path(compiled):
     lr = 0.5

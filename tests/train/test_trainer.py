@@ -22,7 +22,7 @@ from dlrm.train.checkpoint import saving
 from dlrm.train.dataset import prepare_dataset
 from dlrm.train.eval_result import BayesOptimal, EvalMetrics
 from dlrm.train.metrics_log import MetricsLog, read_metrics
-from dlrm.train.modes import run
+from dlrm.train.run import run
 from dlrm.train.step import make_train_step
 from tests.support.damage import as_format_2
 from tests.support.runs import SMALL, SMALL_DATA, SMALL_DCN, SMALL_STEP
@@ -183,6 +183,17 @@ def test_reader_gets_the_configured_decode_threads_and_prefetch(synthetic_dir):
     assert len(two_threads) == len(one_thread) == len(reader) > 1
     for a, b in zip(two_threads, one_thread):
         assert all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("numerical", "categorical", "label"))
+
+
+def test_the_optimizer_knows_how_many_ids_a_step_can_look_up(synthetic_dir):
+    """No step looks up more ids than the global batch's rows times the tables' total hotness: the compiled
+    sparse-update paths that so small a step cannot reach are not traced."""
+    config = parse_config(["--synthetic_dir", synthetic_dir] + SMALL + ["--optimizer", "adagrad"])
+    parts = build_parts(config, prepare_dataset(config.data, ONE, MetricsLog("", enabled=False)), ONE,
+                        with_optimizer=True)
+    assert parts.embeddings.total_hotness == 26
+    assert parts.optimizer.max_ids_per_step == config.data.global_batch_size * 26
+    assert parts.optimizer.subtract_rows.compiled is False
 
 
 def test_loss_is_the_global_batch_mean_also_for_a_short_batch(synthetic_dir, tmp_path):

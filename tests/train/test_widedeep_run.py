@@ -1,4 +1,4 @@
-"""`--arch widedeep` through the trainer's real path (flags -> `modes.run`, as main.py): it trains on a
+"""`--arch widedeep` through the trainer's real path (flags -> `run`, as main.py): it trains on a
 small one-hot / multi-hot dataset (with two crossed features in the wide part), logs both learning rates
 and the parameter count, checkpoints both optimizer groups' slots and state (the crosses' too), resumes
 bit-identically, evaluates, and times steps with --benchmark."""
@@ -12,7 +12,7 @@ import pytest
 from dlrm.cli import parse_config
 from dlrm.train import checkpoint
 from dlrm.train.metrics_log import read_metrics
-from dlrm.train.modes import run
+from dlrm.train.run import run
 from tests.data.mixed_dataset import write_mixed
 from tests.support.runs import assert_same_final_weights
 

@@ -12,7 +12,6 @@ from dlrm.data.format.errors import DataError
 from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.data.reader.validate import check_mappings
 from dlrm.errors import UserError
-from dlrm.train.build import cores_per_rank
 from tests.support.multirank import write_rank_result
 
 
@@ -25,7 +24,7 @@ def main(dataset: str, dataset_of_rank_1: Optional[str] = None) -> None:
     for mapping in ("train", "test"):
         try:
             check_mappings(FeatureSpec.load(mine), [mapping], [mapping], rank=group.rank, world_size=group.size,
-                           gather=group.allgather_object, threads=cores_per_rank())
+                           gather=group.allgather_object, threads=dist.cores_per_rank())
             outcomes.append("ok")
         except UserError as error:
             outcomes.append(type(error).__name__)

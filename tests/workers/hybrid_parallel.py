@@ -11,7 +11,7 @@ import sys
 
 from dlrm import dist
 from dlrm.cli import parse_config
-from dlrm.train.modes import run
+from dlrm.train.run import run
 from tests.support.embedding_layer import check_layer_against_local
 from tests.support.hybrid import continued_flags, restore_flags, train_flags, without_rank_memory
 from tests.support.multirank import write_rank_result
