@@ -45,7 +45,7 @@ from benchmarks.train_throughput import (
     report_head,
     throughput_parser,
 )
-from dlrm.config import Config, ModelConfig, OptimizerConfig, TrainConfig
+from dlrm.config import Config, DataConfig, ModelConfig, OptimizerConfig, TrainConfig
 from dlrm.data.format.feature_spec import FeatureSpec
 from dlrm.data.synthetic.widedeep_reference import DEEP_HIDDEN_UNITS, LABEL, NUMERICAL_FEATURES, reference_tables
 from dlrm.dist import single_process
@@ -98,7 +98,8 @@ def reference_spec(tables: Sequence[TableConfig]) -> FeatureSpec:
 def ours(tables: Sequence[TableConfig], batches, args, xla: bool = False, amp: bool = False) -> List[Candidate]:
     """The trainer's own train and predict steps of `--arch widedeep` (one process), `--xla` or not, `--amp` or
     not (the bf16 variants are their own groups: compared with Keras' `mixed_bfloat16`, not with fp32)."""
-    config = Config(model=ModelConfig(arch="widedeep", deep_dropout=args.dropout),
+    config = Config(data=DataConfig(global_batch_size=int(batches[0][0].shape[0])),
+                    model=ModelConfig(arch="widedeep", deep_dropout=args.dropout),
                     optimizer=OptimizerConfig(linear_learning_rate=args.linear_learning_rate,
                                               deep_learning_rate=args.deep_learning_rate, deep_warmup_epochs=0.0),
                     train=TrainConfig(xla=xla, amp=amp))

@@ -29,8 +29,8 @@ dlrm_env_defaults() {
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-${SLURM_CPUS_PER_TASK:-1}}"
   export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-1}"
   export PYTHONUNBUFFERED=1
-  # GPU pinning is not done here: dlrm/dist makes each rank see the GPU of its local rank
-  # (from OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID), so every task can see all GPUs of its node.
+  # GPU pinning is not done here: the trainer's TensorFlow set-up makes each rank see the GPU of its
+  # local rank (from OMPI_COMM_WORLD_LOCAL_RANK / SLURM_LOCALID), so every task can see all GPUs of its node.
 }
 
 # dlrm_horovod_defaults: exports each NAME=value of dlrm/horovod_defaults.env that is not set already.

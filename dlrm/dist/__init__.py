@@ -42,8 +42,8 @@ def start(backend: str = "auto") -> ProcessGroup:
 
     Checks that the backend agrees with the launcher about the world size: a launcher/MPI mismatch makes
     every process rank 0 of a world of one, which would silently train N copies of the model. The MPI
-    backend and a world of one start without TensorFlow (`ProcessGroup.needs_tensorflow`); GPUs are pinned
-    by whoever configures TensorFlow (`pin_gpu_to_local_rank`), before its first op.
+    backend starts without TensorFlow, Horovod with it (`ProcessGroup.needs_tensorflow`); GPUs are pinned by
+    whoever configures TensorFlow (`pin_gpu_to_local_rank`), before its first op.
     """
     global _started
     if _started is not None:  # the backend's init must not run twice in one process

@@ -411,8 +411,8 @@ def build_optimizer(cfg: OptimizerConfig, schedule, amp: bool = False, all_ranks
     """The optimizer named by `cfg.optimizer`, driven by `schedule`, loss-scaled if float16 AMP.
 
     `all_ranks_true` (e.g. `ProcessGroup.all_ranks_true`) makes loss scaling's skip decision global.
-    `subtract_rows`: how the tables' rows are subtracted (default: `RowSubtraction()`, this TensorFlow's choice);
-    FTRL writes its rows and takes none. `max_ids_per_step`: see `SparseOptimizer`.
+    `subtract_rows`: how the tables' rows are subtracted (default: `RowSubtraction(max_rows=max_ids_per_step)`,
+    this TensorFlow's choice); FTRL writes its rows and takes none. `max_ids_per_step`: see `SparseOptimizer`.
     """
     cls = named_choice(OPTIMIZERS, cfg.optimizer, "optimizer")
     options: Dict[str, Any] = {"max_ids_per_step": max_ids_per_step}

@@ -1,10 +1,10 @@
 """`run(config)`: start the process group, take the run directory, find (or generate) the dataset and check
 it, then hand over to `dlrm.train.modes`, which builds the parts and runs the mode.
 
-Everything up to the data check works without TensorFlow (on the MPI backend and with one process), and
-TensorFlow is imported only after it: a run refused for its data, its run directory or its predictions
-path costs a second, not TensorFlow's start-up. Under Horovod, whose collectives are TensorFlow ops,
-TensorFlow is configured first.
+Everything up to the data check works without TensorFlow on the MPI backend (the current stack's choice,
+for one process too), and TensorFlow is imported only after it: a run refused for its data, its run
+directory or its predictions path costs a second, not TensorFlow's start-up. Under Horovod (the Horovod
+stack's choice), whose collectives are TensorFlow ops, TensorFlow is configured first.
 
 The same code runs with one process and with N ranks: the process group started here is passed to
 everything rank-dependent (the embedding layer, the reader's slice of each batch, checkpoints, the
@@ -71,7 +71,7 @@ def open_log(config: Config, group: dist.ProcessGroup) -> MetricsLog:
 
 
 def _configure_tensorflow(config: Config) -> None:
-    """TensorFlow's set-up (`build.configure_tensorflow`), imported only here and in `run_mode`."""
+    """TensorFlow's set-up (`build.configure_tensorflow`); importing `build` loads TensorFlow."""
     from dlrm.train.build import configure_tensorflow
 
     configure_tensorflow(config.train)

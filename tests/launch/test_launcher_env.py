@@ -85,7 +85,7 @@ def test_peer_failure_is_never_blamed_when_horovod_never_started():
 
 
 def test_starting_twice_gives_the_same_group():
-    """Horovod (and GPU pinning) start once per process; a second start() must not redo them."""
+    """A backend starts once per process; a second start() must not redo it."""
     code = ("from dlrm import dist; first = dist.start(); second = dist.start(); "
             "print(first is second, first.size, first.backend, "
             "dist.is_peer_failure(RuntimeError('Horovod has been shut down')))")
