@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from benchmarks import machine
 from benchmarks.step_profile import gemm_flops_per_second, memory_bytes_per_second
-from benchmarks.train_throughput import begin_run, report_head
+from benchmarks.train_throughput import begin_run, report_head, tensorflow_facts
 from dlrm.model.interaction import dot_interaction
 
 TABLES, DIM = 26, 128
@@ -113,8 +113,8 @@ def measure(all_parts: List[Part], window_seconds: float, rounds: int) -> Dict[s
 def markdown(result: dict, facts: dict) -> List[str]:
     rates = result["rates"]
     lines = [f"The DLRM dot interaction's parts, batch {result['settings']['batch_size']}, {TABLES} tables + the "
-             f"bottom vector of dim {DIM}, {machine.run_facts(result['date_utc'], facts)}, TensorFlow "
-             f"{result['machine']['tensorflow']}, {result['settings']['intra_op_threads']} intra-op threads. "
+             f"bottom vector of dim {DIM}, {machine.run_facts(result['date_utc'], facts)}, "
+             f"{tensorflow_facts(result)}, {result['settings']['intra_op_threads']} intra-op threads. "
              f"Measured rates: GEMM fp32 {rates['gemm_float32'] / 1e9:.0f} GFLOP/s, bf16 "
              f"{rates['gemm_bfloat16'] / 1e9:.0f} GFLOP/s, memory copy {rates['memory'] / 1e9:.1f} GB/s. "
              f"Best of {result['settings']['rounds']} alternating windows per part.", "",

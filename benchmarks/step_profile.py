@@ -48,7 +48,15 @@ import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from benchmarks import machine, widedeep_throughput
-from benchmarks.train_throughput import GEMM_SHAPE, begin_run, make_batches, ours, reference_config, report_head
+from benchmarks.train_throughput import (
+    GEMM_SHAPE,
+    begin_run,
+    make_batches,
+    ours,
+    reference_config,
+    report_head,
+    tensorflow_facts,
+)
 from dlrm.config import Config
 from dlrm.data.synthetic.criteo import NUM_NUMERICAL, preset_cardinalities
 from dlrm.data.synthetic.widedeep_reference import DEEP_HIDDEN_UNITS, NUMERICAL_FEATURES
@@ -277,7 +285,7 @@ def markdown(result: dict, facts: dict) -> List[str]:
     rates = result["rates"]
     model = "Wide & Deep reference" if result["settings"].get("arch") == "widedeep" else "DLRM reference dims"
     lines = [f"Where the training step's time goes, {model}, batch {result['settings']['batch_size']}, "
-             f"{machine.run_facts(result['date_utc'], facts)}, TensorFlow {result['machine']['tensorflow']}, "
+             f"{machine.run_facts(result['date_utc'], facts)}, {tensorflow_facts(result)}, "
              f"{result['settings']['intra_op_threads']} intra-op threads, {result['settings']['steps']} steps "
              f"recorded. Measured rates: GEMM fp32 {rates['gemm_fp32'] / 1e9:.0f} GFLOP/s, bf16 "
              f"{rates['gemm_bf16'] / 1e9:.0f} GFLOP/s, memory copy {rates['memory'] / 1e9:.1f} GB/s.", "",

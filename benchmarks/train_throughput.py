@@ -253,6 +253,21 @@ def summarise(candidates: List[Candidate], args, started: str, load_before, comm
     }
 
 
+def onednn_on() -> Optional[bool]:
+    """Whether TensorFlow runs its oneDNN kernels in this process (None where the build does not say)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def tensorflow_facts(result: dict) -> str:
+    """A report's TensorFlow, for its header line: the version and whether the oneDNN kernels were on."""
+    onednn = {True: "on", False: "off"}.get(result["machine"].get("onednn"), "unknown")
+    return f"TensorFlow {result['machine']['tensorflow']} (oneDNN {onednn})"
+
+
 def report_head(benchmark: str, started: str, command: str, load_before: list, args, **settings) -> dict:
     """The start of a throughput report: what ran, when, on what machine (cores, CPU flags, platform,
     TensorFlow, load average before and after), and its settings (the shared flags first)."""
@@ -262,7 +277,7 @@ def report_head(benchmark: str, started: str, command: str, load_before: list, a
         "command": command,
         "machine": {"cpus": os.cpu_count(), "cpu_flags": machine.cpu_flags(), "native_bf16": machine.native_bf16(),
                     "platform": platform.platform(),
-                    "tensorflow": tf.__version__, "load_average_before": load_before,
+                    "tensorflow": tf.__version__, "onednn": onednn_on(), "load_average_before": load_before,
                     "load_average_after": list(os.getloadavg())},
         "settings": {"batch_size": args.batch_size, "max_rows": args.max_rows, "window_seconds": args.window_seconds,
                      "rounds": args.rounds, "intra_op_threads": args.threads, **settings},
@@ -297,7 +312,7 @@ def markdown(result: dict, facts: dict) -> list[str]:
 
     lines = [
         f"Training-step throughput, DLRM reference dims, batch {result['settings']['batch_size']}, "
-        f"{machine.run_facts(result['date_utc'], facts)}, "
+        f"{machine.run_facts(result['date_utc'], facts)}, {tensorflow_facts(result)}, "
         f"{result['settings']['intra_op_threads']} intra-op threads, load average "
         f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f} "
         f"(shared machine). {result['settings']['rounds']} alternating windows per candidate: best window "

@@ -43,6 +43,7 @@ from benchmarks.train_throughput import (
     measure,
     ratio,
     report_head,
+    tensorflow_facts,
     throughput_parser,
 )
 from dlrm.config import Config, DataConfig, ModelConfig, OptimizerConfig, TrainConfig
@@ -222,7 +223,8 @@ def markdown(result: dict, facts: dict) -> List[str]:
     tables = ("full reference tables" if s["max_rows"] >= max(s["table_rows"])
               else f"reference tables capped at {s['max_rows']:,} rows")
     lines = [f"Wide & Deep throughput, {tables}, batch {s['batch_size']:,}, "
-             f"{machine.run_facts(result['date_utc'], facts)}, {s['intra_op_threads']} intra-op threads, load average "
+             f"{machine.run_facts(result['date_utc'], facts)}, {tensorflow_facts(result)}, "
+             f"{s['intra_op_threads']} intra-op threads, load average "
              f"{result['machine']['load_average_before'][0]:.1f} -> {result['machine']['load_average_after'][0]:.1f}. "
              f"{s['rounds']} alternating windows per candidate. Samples per CPU-second (process time) hardly "
              "depend on other jobs; cores busy = CPU-seconds per wall second of each window.", "",

@@ -1,7 +1,7 @@
 """What the CPU can do, from /proc/cpuinfo: its model name and instruction-set flags.
 
 The trainer asks whether bfloat16 arithmetic is native (`--amp` on CPU computes in bfloat16, which is fast
-only with AVX512-BF16 or AMX on x86, BF16 on Arm; elsewhere oneDNN emulates it and it is slower than
+only with AVX512-BF16 or AMX on x86, BF16 on Arm; elsewhere TensorFlow emulates it and it is slower than
 float32). The benchmarks record the model and flags next to every figure.
 """
 from __future__ import annotations

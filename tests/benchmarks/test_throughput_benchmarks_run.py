@@ -1,9 +1,11 @@
 """The training-throughput benchmarks run end to end at a tiny size and write their reports: every candidate
 measured, the headline ratios finite, and the bfloat16 caveat present exactly when this CPU has no bfloat16
 instructions; the W&D step profile puts its op time in classes; every part of the interaction gets a time and
-an ideal. Their figures are not checked (benchmarks/, not tests, hold speed); that they run is."""
+an ideal; on x86 every report says that TensorFlow's oneDNN kernels were on. Their figures are not checked
+(benchmarks/, not tests, hold speed); that they run is."""
 import json
 import math
+import platform
 import subprocess
 import sys
 
@@ -68,6 +70,11 @@ def test_train_and_widedeep_throughput_benchmarks_write_their_reports(tmp_path):
     for report in (train_json, widedeep_json):
         table = report.with_suffix(".md").read_text()
         assert ("This CPU has no bfloat16 instructions" in table) == (not native), table
+
+    if platform.machine() in ("x86_64", "AMD64"):  # the kernels the trainer runs (dlrm/__init__.py), baselines too
+        for report in (train_json, widedeep_json, profile_json, parts_json):
+            assert json.loads(report.read_text())["machine"]["onednn"] is True, report
+            assert "(oneDNN on)" in report.with_suffix(".md").read_text(), report
 
 
 def test_skipped_candidates_leave_their_ratios_out_of_the_training_report():
